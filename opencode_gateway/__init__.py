@@ -1,0 +1,58 @@
+"""Run OpenCode on any LiteLLM model group, and know exactly what each run cost.
+
+    from opencode_gateway import run
+    result = run("Add a test for parse()", model="openai/gpt-4o-mini", permissions="edit")
+    print(result.text, result.usage.input_tokens, result.cost)
+
+Importing this package does not import litellm (it costs ~2.4 s); a run imports it when needed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    ConfigConflict,
+    GatewayError,
+    OpenCodeError,
+    OpenCodeFailed,
+    OpenCodeNotFound,
+    RunTimeout,
+    SettingsError,
+    UpstreamError,
+)
+from .settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from .runner import RunResult, arun, run
+
+# litellm must use its bundled price map, never fetch one from the internet.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+__all__ = [
+    "ConfigConflict",
+    "GatewayError",
+    "OpenCodeError",
+    "OpenCodeFailed",
+    "OpenCodeNotFound",
+    "RunResult",
+    "RunTimeout",
+    "Settings",
+    "SettingsError",
+    "UpstreamError",
+    "arun",
+    "load_settings",
+    "run",
+]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The run machinery pulls in starlette, uvicorn and httpx: load it on first use, so that
+    # `import opencode_gateway` and the CLI's --help stay fast.
+    if name in ("RunResult", "arun", "run"):
+        from . import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""What a request used and what it cost. Knows nothing of OpenCode or of HTTP forwarding."""

@@ -1,0 +1,80 @@
+"""The record of one request, as the endpoint saw it: the unit every total is summed from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .pricing import Cost
+from .usage import Usage
+
+__all__ = ["RequestRecord", "RunUsage", "totals"]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    request_id: str
+    model: str  # the run's model (or model group) the request was pinned to
+    upstream_model: str | None  # the model that answered, as the response named it
+    status_code: int
+    stream: bool
+    usage: Usage | None  # None: the upstream reported no usage at all
+    cost: Cost
+    started_at: float  # Unix time
+    duration_s: float
+    ttfb_s: float | None  # time to the first byte from upstream
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code < 400 and self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        usage = self.usage.to_dict() if self.usage else None
+        return {
+            "request_id": self.request_id,
+            "model": self.model,
+            "upstream_model": self.upstream_model,
+            "status_code": self.status_code,
+            "stream": self.stream,
+            "usage": usage,
+            "usage_missing": self.usage is None,
+            "cost": self.cost.usd,
+            "cost_source": self.cost.source,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 6),
+            "ttfb_s": None if self.ttfb_s is None else round(self.ttfb_s, 6),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class RunUsage(Usage):
+    """A run's tokens, summed over its requests as the endpoint saw them."""
+
+    requests: int = 0
+    usage_missing_requests: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {**super().to_dict(), "requests": self.requests, "usage_missing_requests": self.usage_missing_requests}
+
+
+def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tuple[str, ...]]:
+    """Usage, cost and warnings of a run. The cost is None when any request could not be priced:
+    a partial sum would read as the whole cost."""
+    records = tuple(records)
+    usage = sum((r.usage for r in records if r.usage), Usage())
+    missing = [r for r in records if r.usage is None and r.ok]
+    unpriced = [r for r in records if r.cost.usd is None]
+    warnings = []
+    if missing:
+        warnings.append(f"{len(missing)} request(s) ended without reporting usage; their tokens are not counted")
+    for model in dict.fromkeys(r.upstream_model or r.model for r in unpriced if r.usage):
+        warnings.append(
+            f"no price is known for model {model}: the run's cost is null. Use a model in LiteLLM's price "
+            "map, or a gateway that reports cost"
+        )
+    cost = None if unpriced else sum(r.cost.usd or 0.0 for r in records)
+    run_usage = RunUsage(**usage.to_dict(), requests=len(records), usage_missing_requests=len(missing))
+    return run_usage, cost, tuple(warnings)

@@ -1,0 +1,155 @@
+"""Token usage, read from the end of a stream (or a JSON body) as it passes through the endpoint.
+
+Providers and LiteLLM spell usage in several ways; everything is normalised here into one `Usage`
+whose `input_tokens` is *all* prompt tokens (cached and cache-written ones included) and whose
+`output_tokens` is *all* completion tokens (reasoning included). The kinds are subsets of those
+totals, which is how OpenAI counts and how LiteLLM prices.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["StreamUsageReader", "Usage", "usage_from_body"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return max(int(value), 0)
+
+
+def _details(usage: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = usage.get(key)
+    return value if isinstance(value, Mapping) else _EMPTY
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one request (or a sum of requests)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    reported_cost: float | None = None
+    raw: Mapping[str, Any] = field(default_factory=lambda: _EMPTY, compare=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, usage: Mapping[str, Any]) -> Usage:
+        """Normalise one usage object (OpenAI, LiteLLM, Anthropic or OpenRouter spelling)."""
+        prompt_details = _details(usage, "prompt_tokens_details")
+        completion_details = _details(usage, "completion_tokens_details")
+        cache_read = _int(prompt_details.get("cached_tokens")) or _int(usage.get("cache_read_input_tokens"))
+        cache_write = _int(usage.get("cache_creation_input_tokens")) or _int(
+            prompt_details.get("cache_creation_tokens")
+        )
+        if "prompt_tokens" in usage:
+            input_tokens = _int(usage.get("prompt_tokens"))
+        else:  # Anthropic's Messages spelling: input_tokens excludes cache reads and writes
+            input_tokens = _int(usage.get("input_tokens")) + cache_read + cache_write
+        output_tokens = _int(usage.get("completion_tokens", usage.get("output_tokens")))
+        cost = usage.get("cost")
+        reported = float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+        return cls(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            reasoning_tokens=_int(completion_details.get("reasoning_tokens")),
+            reported_cost=reported,
+            raw=MappingProxyType(dict(usage)),
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.input_tokens or self.output_tokens)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+
+def usage_from_body(body: object) -> Usage | None:
+    """Usage of a non-streamed Chat Completions response, or None when it carries none."""
+    if isinstance(body, Mapping) and isinstance(body.get("usage"), Mapping):
+        usage = Usage.from_mapping(body["usage"])
+        return None if usage.is_empty and usage.reported_cost is None else usage
+    return None
+
+
+class StreamUsageReader:
+    """Reads an SSE byte stream, in whatever pieces it arrives, for its usage and model.
+
+    Only lines that can matter are decoded: the first chunk (for the model that answered) and
+    chunks that mention usage or an error. The last non-empty usage wins, so a usage object that
+    arrives before the final chunk, or is repeated, is still counted once.
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.error: Mapping[str, Any] | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> None:
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending += data
+            return
+        lines = (self._pending + data[: end + 1]).split(b"\n")
+        self._pending = data[end + 1 :]
+        for line in lines:
+            self._line(line)
+
+    def close(self) -> None:
+        """Read whatever is left after the last newline (a stream cut mid-line)."""
+        if self._pending:
+            self._line(self._pending)
+            self._pending = b""
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        if self.model is not None and b'"usage"' not in payload and b'"error"' not in payload:
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if self.model is None and isinstance(event.get("model"), str):
+            self.model = event["model"]
+        if isinstance(event.get("usage"), Mapping):
+            usage = Usage.from_mapping(event["usage"])
+            if not usage.is_empty or usage.reported_cost is not None:
+                self.usage = usage
+        if isinstance(event.get("error"), Mapping):
+            self.error = event["error"]

@@ -1,0 +1,74 @@
+"""One exception base, and a subclass for each thing a user can act on.
+
+Every message says what was wrong and what to do about it; the CLI prints it as one line.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigConflict",
+    "GatewayError",
+    "OpenCodeError",
+    "OpenCodeFailed",
+    "OpenCodeNotFound",
+    "RunTimeout",
+    "SettingsError",
+    "UpstreamError",
+]
+
+
+class GatewayError(Exception):
+    """Base of every error opencode-gateway raises or reports in a RunResult."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"type": type(self).__name__, "message": str(self)}
+
+
+class SettingsError(GatewayError):
+    """A flag, a config.yaml value or an argument is invalid (CLI exit code 2)."""
+
+
+class ConfigConflict(SettingsError):
+    """A user OpenCode config sets a key that opencode-gateway manages."""
+
+
+class OpenCodeNotFound(GatewayError):
+    """The `opencode` binary could not be found or run."""
+
+
+class OpenCodeFailed(GatewayError):
+    """OpenCode exited non-zero without reporting an error event; carries the tail of its stderr."""
+
+    def __init__(self, message: str, *, exit_code: int, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "exit_code": self.exit_code, "stderr_tail": self.stderr_tail}
+
+
+class OpenCodeError(GatewayError):
+    """OpenCode reported an error event that did not come from an upstream HTTP status."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "name": self.name}
+
+
+class UpstreamError(GatewayError):
+    """The model provider or the LiteLLM gateway answered with an error status."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "status_code": self.status_code}
+
+
+class RunTimeout(GatewayError):
+    """The run exceeded its wall-clock limit and OpenCode was killed."""

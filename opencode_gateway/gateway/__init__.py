@@ -1,0 +1,1 @@
+"""The local endpoint OpenCode talks to, and the upstreams it forwards to."""

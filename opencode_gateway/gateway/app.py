@@ -1,0 +1,199 @@
+"""The Starlette app OpenCode sees as its only provider.
+
+Each request is checked (token), cleaned (spoofable fields dropped, model pinned, usage asked for),
+forwarded, and relayed back chunk by chunk while its usage is read from the passing stream. When the
+request ends, however it ends, one RequestRecord goes to `on_request`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..accounting.pricing import Cost, price
+from ..accounting.records import RequestRecord
+from ..accounting.usage import StreamUsageReader, Usage, usage_from_body
+from .tagging import clean_body, forwarded_headers
+from .upstream import Upstream, UpstreamReply, error_body
+
+__all__ = ["Endpoint", "create_app"]
+
+log = logging.getLogger("opencode_gateway.endpoint")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What the app needs: who may call it, where to forward, and where records go."""
+
+    token: str
+    model: str  # the run's model string, as the user gave it
+    upstream: Upstream
+    on_request: Callable[[RequestRecord], None]
+    secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "[REDACTED]")
+        return text
+
+
+def _error(message: str, status_code: int, kind: str) -> Response:
+    return Response(error_body(message, status_code=status_code, kind=kind), status_code, media_type="application/json")
+
+
+def create_app(endpoint: Endpoint) -> Starlette:
+    def authorized(request: Request) -> bool:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), endpoint.token.encode())
+
+    def unauthorized() -> Response:
+        return _error("missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error")
+
+    async def models(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        entry = {"id": endpoint.model, "object": "model", "created": 0, "owned_by": "opencode-gateway"}
+        return JSONResponse({"object": "list", "data": [entry]})
+
+    async def chat(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error("request body is not valid JSON", 400, "invalid_request_error")
+        if not isinstance(body, dict):
+            return _error("request body must be a JSON object", 400, "invalid_request_error")
+        body, dropped = clean_body(body)
+        if dropped:
+            log.debug("dropped request fields that would change attribution or routing: %s", ", ".join(dropped))
+        body["model"] = endpoint.upstream.model
+        stream = bool(body.get("stream"))
+        if stream:
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        call = _Call(endpoint, stream)
+        reply = await endpoint.upstream.send(body, forwarded_headers(request.headers))
+        call.first_byte()
+        if reply.status_code >= 400:
+            return await call.failed(reply)
+        if stream and reply.is_stream:
+            return StreamingResponse(call.relay(reply), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        return await call.whole(reply)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
+        return _error(message.get(status, "request failed"), status, "invalid_request_error")
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/models", models, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+
+
+class _Call:
+    """One request's timing and accounting, from forwarding to its record."""
+
+    def __init__(self, endpoint: Endpoint, stream: bool) -> None:
+        self.endpoint = endpoint
+        self.stream = stream
+        self.request_id = uuid.uuid4().hex
+        self.started_at = time.time()
+        self.started = time.monotonic()
+        self.ttfb: float | None = None
+
+    def first_byte(self) -> None:
+        if self.ttfb is None:
+            self.ttfb = time.monotonic() - self.started
+
+    def record(self, status: int, usage: Usage | None, cost: Cost, upstream_model: str | None,
+               error: str | None = None) -> None:
+        record = RequestRecord(
+            request_id=self.request_id, model=self.endpoint.model, upstream_model=upstream_model,
+            status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
+            duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb,
+            error=None if error is None else self.endpoint.scrub(error),
+        )
+        self.endpoint.on_request(record)
+
+    def price(self, reply: UpstreamReply, usage: Usage | None, upstream_model: str | None) -> Cost:
+        if usage is not None and not reply.reports_cost:
+            usage = dataclasses.replace(usage, reported_cost=None)
+        return price(usage, [upstream_model or "", self.endpoint.model], header_cost=reply.header_cost)
+
+    async def failed(self, reply: UpstreamReply) -> Response:
+        raw = await reply.read()
+        await reply.aclose()
+        message = _error_message(raw) or f"upstream answered HTTP {reply.status_code}"
+        message = self.endpoint.scrub(message)
+        log.warning("upstream error %s: %s", reply.status_code, message)
+        self.record(reply.status_code, None, Cost(0.0, "failed"), None, message)  # refused: nothing generated
+        return _error(message, reply.status_code, "upstream_error")
+
+    async def whole(self, reply: UpstreamReply) -> Response:
+        raw = await reply.read()
+        await reply.aclose()
+        try:
+            data: Any = json.loads(raw)
+        except ValueError:
+            data = None
+        usage = usage_from_body(data)
+        model = data.get("model") if isinstance(data, dict) and isinstance(data.get("model"), str) else None
+        self.record(reply.status_code, usage, self.price(reply, usage, model), model)
+        return Response(raw, reply.status_code, media_type=reply.media_type)
+
+    async def relay(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
+        reader = StreamUsageReader()
+        try:
+            async for chunk in reply.chunks:
+                reader.feed(chunk)
+                yield chunk
+        finally:
+            # Runs however the stream ends: finished, failed, or OpenCode gone (cancelled).
+            with anyio.CancelScope(shield=True):
+                await reply.aclose()
+                reader.close()
+                error = _describe(reader.error) if reader.error else None
+                if error is None and not reader.done:
+                    error = "stream ended before [DONE]"
+                status = 200 if error is None else 502
+                cost = self.price(reply, reader.usage, reader.model)
+                self.record(status, reader.usage, cost, reader.model, error)
+
+
+def _describe(error: Any) -> str:
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message or error)
+
+
+def _error_message(raw: bytes) -> str | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace").strip()[:2000] or None
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail"))
+        if isinstance(error, dict):
+            return str(error.get("message") or json.dumps(error))
+        if error is not None:
+            return str(error)
+    return None

@@ -1,0 +1,191 @@
+"""Where requests go: a LiteLLM gateway over HTTP, or any provider through litellm.acompletion.
+
+Both answer in the same shape (`UpstreamReply`: a status and the body as a stream of bytes), so the
+endpoint relays and accounts for them with one code path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+import httpx
+
+from .. import _litellm
+from .tagging import Tagging
+
+__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body"]
+
+SSE = "text/event-stream"
+JSON = "application/json"
+COST_HEADER = "x-litellm-response-cost"
+
+
+def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
+    """An OpenAI-shaped error body."""
+    error = {"message": message, "type": kind, "param": None, "code": str(status_code)}
+    return json.dumps({"error": error}).encode()
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+class UpstreamReply:
+    """An upstream's answer: status, media type, the cost it reported in a header, and the body.
+
+    `reports_cost` says whether a `usage.cost` in the body is the upstream's own figure. litellm's
+    SDK writes its price-map estimate there, which is a LiteLLM price, not a report.
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        media_type: str,
+        chunks: AsyncIterator[bytes],
+        *,
+        header_cost: float | None = None,
+        reports_cost: bool = True,
+        response: httpx.Response | None = None,
+    ) -> None:
+        self.status_code = status_code
+        self.media_type = media_type
+        self.chunks = chunks
+        self.header_cost = header_cost
+        self.reports_cost = reports_cost
+        self._response = response
+
+    @classmethod
+    def error(cls, message: str, status_code: int) -> UpstreamReply:
+        return cls(status_code, JSON, _one(error_body(message, status_code=status_code)))
+
+    @property
+    def is_stream(self) -> bool:
+        return self.media_type.startswith(SSE)
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks])
+
+    async def aclose(self) -> None:
+        if self._response is not None:
+            await self._response.aclose()
+
+
+class Upstream(Protocol):
+    name: str  # "gateway" or "sdk"
+    model: str  # what the upstream is asked for (the group, for a gateway)
+
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
+
+
+class ProxyUpstream:
+    """A LiteLLM AI Gateway (proxy), called with a virtual key; `litellm_proxy/<group>` models."""
+
+    name = "gateway"
+
+    def __init__(
+        self,
+        api_base: str,
+        group: str,
+        api_key: str | None,
+        tagging: Tagging,
+        *,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        base = api_base.rstrip("/")
+        self.url = (base[: -len("/v1")] if base.endswith("/v1") else base) + "/v1/chat/completions"
+        self.model = group
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._tagging = tagging
+        timeout = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+        self._client = client or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
+
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
+        request = self._client.build_request(
+            "POST", self.url, json=body, headers={**headers, **self._tagging.headers(), **self._auth}
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            message = f"cannot reach the LiteLLM gateway at {self.url}: {type(exc).__name__}: {exc}"
+            return UpstreamReply.error(message, 502)
+        return UpstreamReply(
+            response.status_code,
+            response.headers.get("content-type", JSON),
+            response.aiter_raw(),
+            header_cost=_float(response.headers.get(COST_HEADER)),
+            response=response,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class SdkUpstream:
+    """Any LiteLLM provider, called in-process through `litellm.acompletion`."""
+
+    name = "sdk"
+
+    def __init__(self, model: str, api_base: str | None, api_key: str | None, tagging: Tagging) -> None:
+        self.model = model
+        self._credentials = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
+        self._tagging = tagging
+        self._max_output: int | None | bool = False  # False: not looked up yet
+
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
+        litellm = _litellm.load()
+        kwargs = {**body, "model": self.model, "metadata": self._tagging.sdk_metadata(), "drop_params": True}
+        kwargs.update(self._credentials)
+        self._clamp_max_tokens(litellm, kwargs)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:  # every provider failure must reach OpenCode as a well-formed error
+            return UpstreamReply.error(_message(exc), _status(exc))
+        if kwargs.get("stream"):
+            return UpstreamReply(200, SSE, _sse(response), reports_cost=False)
+        return UpstreamReply(200, JSON, _one(response.model_dump_json().encode()), reports_cost=False)
+
+    def _clamp_max_tokens(self, litellm: Any, kwargs: dict[str, Any]) -> None:
+        """OpenCode asks for 32000 output tokens; models that allow fewer reject the request."""
+        if self._max_output is False:
+            try:
+                self._max_output = litellm.get_model_info(self.model).get("max_output_tokens")
+            except Exception:  # litellm raises a bare Exception for a model it does not know
+                self._max_output = None
+        limit = self._max_output
+        if isinstance(limit, int) and isinstance(kwargs.get("max_tokens"), int) and kwargs["max_tokens"] > limit:
+            kwargs["max_tokens"] = limit
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _status(exc: BaseException) -> int:
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and 400 <= status <= 599 else 500
+
+
+def _message(exc: BaseException) -> str:
+    return str(getattr(exc, "message", None) or exc) or type(exc).__name__
+
+
+async def _sse(stream: Any) -> AsyncIterator[bytes]:
+    """litellm's stream of chunk objects, encoded as the Chat Completions SSE stream."""
+    try:
+        async for chunk in stream:
+            yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
+    except Exception as exc:  # a provider failing mid-stream: end with an error event, not a cut
+        status = _status(exc)
+        yield b"data: " + error_body(_message(exc), status_code=status) + b"\n\n"
+        return
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,217 @@
+"""The isolated OpenCode config and environment of one run.
+
+Isolation rests on three facts measured with OpenCode 1.18 (../shared/facts/opencode.md §3):
+`OPENCODE_CONFIG_CONTENT` outranks every config file, `OPENCODE_DISABLE_PROJECT_CONFIG=1` keeps a
+repository's opencode.json, .opencode/ and AGENTS.md out, and private HOME and XDG dirs hide the
+user's own config, credentials and plugins. So the generated config is delivered as content; the
+opencode.json written beside it is for people to read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigConflict, SettingsError
+from ..settings import check_permissions
+
+__all__ = [
+    "PROVIDER_ID",
+    "TOOLS",
+    "build_config",
+    "build_env",
+    "check_user_config",
+    "opencode_model",
+    "permission_rules",
+    "seed_config_dir",
+]
+
+PROVIDER_ID = "litellm"
+OPENCODE_VERSION = "1.18.33"
+
+# Normalised tool name -> the OpenCode permission keys that switch it off. OpenCode 1.18 gates
+# write, edit and patch with one permission (`edit`), so turning off either turns off both.
+TOOLS: Mapping[str, tuple[str, ...]] = {
+    "read": ("read",),
+    "write": ("edit",),
+    "edit": ("edit",),
+    "bash": ("bash",),
+    "glob": ("glob",),
+    "grep": ("grep",),
+    "ls": ("list",),
+    "web_search": ("webfetch", "websearch"),
+    "task": ("task",),
+    "skill": ("skill",),
+    "todowrite": ("todowrite",),
+}
+
+# The read-only and edit modes deny everything not listed, MCP tools included.
+_READ_ONLY_ALLOWED = ("read", "glob", "grep", "list", "lsp", "skill", "todowrite", "todoread", "task")
+# Headless runs cannot answer a prompt, and an unanswered `ask` ends the run silently: never ask.
+_NEVER_ASK = {"question": "deny", "doom_loop": "deny"}
+
+# Keys of a user config that would take model calls or permissions out of our hands, and the flag to
+# use instead.
+_MANAGED_TOP = {
+    "provider": "-m/--model and --api-base",
+    "model": "-m/--model",
+    "small_model": "-m/--model",
+    "enabled_providers": "-m/--model (the run's only provider is litellm)",
+    "disabled_providers": "-m/--model (the run's only provider is litellm)",
+    "permission": "--permissions and --disable-tool",
+    "tools": "--disable-tool",
+    "plugin": "nothing: plugins never load in an isolated run",
+}
+_MANAGED_PER_AGENT = {"model": "-m/--model", "permission": "--permissions", "tools": "--disable-tool"}
+
+# Environment variables that may carry credentials; none of them reaches OpenCode.
+_CREDENTIAL_PREFIXES = (
+    "OPENAI_", "ANTHROPIC_", "LITELLM_", "AZURE_", "AWS_", "GEMINI_", "GOOGLE_", "VERTEX", "MISTRAL_",
+    "COHERE_", "GROQ_", "DEEPSEEK_", "OPENROUTER_", "TOGETHER", "FIREWORKS_", "XAI_", "HF_", "HUGGINGFACE",
+    "PERPLEXITY", "REPLICATE_", "DATABRICKS_", "WATSONX_", "BEDROCK", "CLAUDE_", "OPENCODE_",
+)
+_CREDENTIAL_WORDS = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH", re.I)
+
+
+def opencode_model(model: str) -> str:
+    """The run's model as OpenCode names it: provider `litellm`, model id = the LiteLLM model string."""
+    return f"{PROVIDER_ID}/{model}"
+
+
+def permission_rules(mode: str, disable_tools: Iterable[str] = ()) -> dict[str, str]:
+    """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
+    them from the tools offered to the model)."""
+    check_permissions(mode)
+    if mode == "full":
+        rules = {"*": "allow"}
+    else:
+        rules = {"*": "deny", **dict.fromkeys(_READ_ONLY_ALLOWED, "allow")}
+        if mode == "edit":
+            rules["edit"] = "allow"
+    rules.update(_NEVER_ASK)
+    for tool in disable_tools:
+        if tool not in TOOLS:
+            raise SettingsError(f"cannot disable tool {tool!r}: known tools are {', '.join(TOOLS)}")
+        rules.update(dict.fromkeys(TOOLS[tool], "deny"))
+    return rules
+
+
+def check_user_config(config: Mapping[str, Any]) -> None:
+    """Refuse a user OpenCode config that sets a managed key, naming the flag to use instead."""
+    for key, flag in _MANAGED_TOP.items():
+        if key in config:
+            raise ConfigConflict(f"opencode_config sets {key!r}, which opencode-gateway manages: use {flag}")
+    for section in ("agent", "mode"):
+        entries = config.get(section) or {}
+        if not isinstance(entries, Mapping):
+            raise ConfigConflict(f"opencode_config.{section} must be a mapping of names to settings")
+        for name, entry in entries.items():
+            for key, flag in _MANAGED_PER_AGENT.items():
+                if isinstance(entry, Mapping) and key in entry:
+                    raise ConfigConflict(
+                        f"opencode_config.{section}.{name} sets {key!r}, which opencode-gateway manages: use {flag}"
+                    )
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def build_config(
+    *,
+    model: str,
+    base_url: str,
+    api_key_ref: str,
+    permissions: str = "full",
+    disable_tools: Sequence[str] = (),
+    user_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
+    reference such as `{file:/private/token}`, never a key."""
+    user_config = user_config or {}
+    check_user_config(user_config)
+    managed = {
+        "provider": {
+            PROVIDER_ID: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "LiteLLM via opencode-gateway",
+                "options": {"baseURL": base_url, "apiKey": api_key_ref},
+                "models": {model: {"name": model}},
+            }
+        },
+        "enabled_providers": [PROVIDER_ID],
+        "model": opencode_model(model),
+        "small_model": opencode_model(model),
+        "autoupdate": False,
+        "share": "disabled",
+        "permission": permission_rules(permissions, disable_tools),
+    }
+    return _merge(user_config, managed)
+
+
+def _is_credential(name: str) -> bool:
+    upper = name.upper()
+    return upper.startswith(_CREDENTIAL_PREFIXES) or bool(_CREDENTIAL_WORDS.search(upper))
+
+
+def build_env(
+    inherited: Mapping[str, str],
+    *,
+    private_dir: Path,
+    data_dir: Path,
+    config: Mapping[str, Any],
+    secrets: Sequence[str] = (),
+) -> dict[str, str]:
+    """OpenCode's environment: the inherited one without credentials or OpenCode switches, plus
+    private HOME/XDG dirs, the config as content, and the switches that keep OpenCode offline and
+    away from the user's and the repository's own settings."""
+    env = {
+        name: value
+        for name, value in inherited.items()
+        if not _is_credential(name) and not any(s and s in value for s in secrets)
+    }
+    no_proxy = ",".join(filter(None, [inherited.get("NO_PROXY") or inherited.get("no_proxy"), "127.0.0.1,localhost"]))
+    env.update(
+        HOME=str(private_dir / "home"),
+        XDG_CONFIG_HOME=str(private_dir / "config"),
+        XDG_CACHE_HOME=str(private_dir / "cache"),
+        XDG_STATE_HOME=str(private_dir / "state"),
+        XDG_DATA_HOME=str(data_dir),
+        OPENCODE_CONFIG_CONTENT=json.dumps(config),
+        OPENCODE_DISABLE_PROJECT_CONFIG="1",
+        OPENCODE_DISABLE_AUTOUPDATE="1",
+        OPENCODE_DISABLE_MODELS_FETCH="1",
+        OPENCODE_DISABLE_LSP_DOWNLOAD="1",
+        OPENCODE_DISABLE_SHARE="1",
+        OPENCODE_DISABLE_DEFAULT_PLUGINS="1",
+        OPENCODE_DISABLE_CLAUDE_CODE="1",
+        OPENCODE_DISABLE_EXTERNAL_SKILLS="1",
+        NO_PROXY=no_proxy,
+        no_proxy=no_proxy,
+    )
+    return env
+
+
+def seed_config_dir(config_home: Path) -> None:
+    """Mark OpenCode's plugin package as installed in its config dir. Otherwise every run starts an
+    npm install of @opencode-ai/plugin (a registry fetch, ~1 s) that an isolated run never uses."""
+    opencode_dir = config_home / "opencode"
+    package_dir = opencode_dir / "node_modules" / "@opencode-ai" / "plugin"
+    package_dir.mkdir(parents=True, exist_ok=True)
+    dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
+    lock = {
+        "name": "opencode", "lockfileVersion": 3, "requires": True,
+        "packages": {"": {"dependencies": dependency}, "node_modules/@opencode-ai/plugin": {"version": OPENCODE_VERSION}},
+    }
+    (opencode_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
+    (opencode_dir / "package-lock.json").write_text(json.dumps(lock))
+    (package_dir / "package.json").write_text(json.dumps({"name": "@opencode-ai/plugin", "version": OPENCODE_VERSION}))

@@ -1,0 +1,165 @@
+"""OpenCode's `run --format json` lines, as typed events.
+
+OpenCode 1.18 prints six event types (step_start, text, reasoning, tool_use, step_finish, error);
+a `tool_use` line arrives only once the tool has finished, so it becomes a ToolCall followed by its
+ToolResult. Tool names are normalised (`list` is `ls`, `webfetch` is `web_search`, ...) with the
+native name kept beside them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "Error",
+    "Event",
+    "Reasoning",
+    "StepFinish",
+    "StepStart",
+    "Text",
+    "ToolCall",
+    "ToolResult",
+    "normalize_tool",
+    "parse_line",
+]
+
+_TOOL_NAMES = {
+    "list": "ls",
+    "webfetch": "web_search",
+    "websearch": "web_search",
+    "patch": "edit",
+    "multiedit": "edit",
+    "apply_patch": "edit",
+}
+
+
+def normalize_tool(native: str) -> str:
+    return _TOOL_NAMES.get(native, native)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = "event"
+    session_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class StepStart(Event):
+    """OpenCode began one model call (a retried call starts another step)."""
+
+    type: ClassVar[str] = "step_start"
+    message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Text(Event):
+    type: ClassVar[str] = "text"
+    text: str = ""
+    message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reasoning(Event):
+    type: ClassVar[str] = "reasoning"
+    text: str = ""
+    message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCall(Event):
+    type: ClassVar[str] = "tool_call"
+    call_id: str = ""
+    tool: str = ""
+    native_tool: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult(Event):
+    type: ClassVar[str] = "tool_result"
+    call_id: str = ""
+    tool: str = ""
+    native_tool: str = ""
+    output: str = ""
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class StepFinish(Event):
+    """OpenCode's own view of a step; the endpoint's records, not these counts, are the usage."""
+
+    type: ClassVar[str] = "step_finish"
+    reason: str = ""
+    tokens: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Error(Event):
+    type: ClassVar[str] = "error"
+    name: str = ""
+    message: str = ""
+    status_code: int | None = None
+
+
+def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]:
+    native = str(part.get("tool", ""))
+    state = part.get("state") if isinstance(part.get("state"), Mapping) else {}
+    tool_input = state.get("input") if isinstance(state.get("input"), Mapping) else {}
+    if native == "invalid":  # OpenCode's stand-in when the model called a tool it was not offered
+        native = str(tool_input.get("tool") or native)
+    tool, call_id = normalize_tool(native), str(part.get("callID", ""))
+    is_error = state.get("status") == "error" or part.get("tool") == "invalid"
+    output = state.get("error") if state.get("status") == "error" else state.get("output")
+    if part.get("tool") == "invalid" and not output:
+        output = tool_input.get("error")
+    return [
+        ToolCall(session_id, call_id=call_id, tool=tool, native_tool=native, input=dict(tool_input)),
+        ToolResult(session_id, call_id=call_id, tool=tool, native_tool=native, output=str(output or ""),
+                   is_error=is_error),
+    ]
+
+
+def _error_event(session_id: str | None, error: Any) -> Error:
+    error = error if isinstance(error, Mapping) else {}
+    data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
+    status = data.get("statusCode")
+    return Error(
+        session_id,
+        name=str(error.get("name", "UnknownError")),
+        message=str(data.get("message") or error.get("message") or error.get("name") or "unknown error"),
+        status_code=status if isinstance(status, int) else None,
+    )
+
+
+def parse_line(line: str | bytes) -> list[Event]:
+    """The events of one output line; a line that is not an OpenCode event gives none."""
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        return []
+    if not isinstance(raw, Mapping):
+        return []
+    kind = raw.get("type")
+    session_id = raw.get("sessionID") if isinstance(raw.get("sessionID"), str) else None
+    part = raw.get("part") if isinstance(raw.get("part"), Mapping) else {}
+    message_id = part.get("messageID")
+    if kind == "step_start":
+        return [StepStart(session_id, message_id=message_id)]
+    if kind == "text":
+        return [Text(session_id, text=str(part.get("text", "")), message_id=message_id)]
+    if kind == "reasoning":
+        return [Reasoning(session_id, text=str(part.get("text", "")), message_id=message_id)]
+    if kind == "tool_use":
+        return _tool_events(session_id, part)
+    if kind == "step_finish":
+        tokens = part.get("tokens") if isinstance(part.get("tokens"), Mapping) else {}
+        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=dict(tokens))]
+    if kind == "error":
+        return [_error_event(session_id, raw.get("error"))]
+    return []

@@ -1,0 +1,144 @@
+"""`opencode run` as a child process: found, started in its own process group, read line by line,
+and killed whole (with everything it spawned) when the run must end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import shutil
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import OpenCodeNotFound
+from .events import Event, parse_line
+
+__all__ = ["OpenCodeProcess", "Outcome", "find_opencode", "run_argv"]
+
+INSTALL_HINT = "install it with `npm install -g opencode-ai`, or point --opencode-bin / OPENCODE_BIN at it"
+RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
+_STDERR_TAIL_LINES = 40
+_KILL_GRACE_S = 3.0
+
+
+def find_opencode(explicit: str | None = None) -> str:
+    """The opencode binary: the flag or setting, else $OPENCODE_BIN, else `opencode` on PATH."""
+    candidate = explicit or os.environ.get("OPENCODE_BIN")
+    if candidate:
+        path = Path(candidate).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.resolve())
+        found = shutil.which(candidate)
+        if found:
+            return found
+        raise OpenCodeNotFound(f"opencode binary {candidate!r} does not exist or is not executable: {INSTALL_HINT}")
+    found = shutil.which("opencode")
+    if not found:
+        raise OpenCodeNotFound(f"opencode is not on PATH: {INSTALL_HINT}")
+    return found
+
+
+def run_argv(binary: str, model: str, agent: str, session_id: str | None = None) -> list[str]:
+    """`opencode run` for one headless turn; the prompt goes on stdin, never in argv (OpenCode
+    quotes argv words that contain spaces, and argv is visible to every local user)."""
+    argv = [binary, "run", "--format", "json", "-m", model, "--agent", agent, "--title", RUN_TITLE, "--pure"]
+    if session_id:
+        argv += ["--session", session_id]
+    return argv
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int | None  # None: killed before it exited by itself
+    stderr_tail: str
+    timed_out: bool
+    stopped: bool  # ended by stop(), e.g. because the endpoint saw a fatal error
+
+
+class OpenCodeProcess:
+    """One `opencode run`. `await run(...)` returns when it exits, times out, or is stopped."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str) -> None:
+        self.argv = list(argv)
+        # OpenCode takes its project directory from $PWD when set, not from the real cwd.
+        self.env = {**env, "PWD": str(cwd)}
+        self.cwd = cwd
+        self.prompt = prompt
+        self._process: asyncio.subprocess.Process | None = None
+        self._stop = asyncio.Event()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def stop(self) -> None:
+        """Ask the run to end now (idempotent); run() kills the process group and returns."""
+        self._stop.set()
+
+    async def run(self, on_event: Callable[[Event], None], timeout: float) -> Outcome:
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv, cwd=self.cwd, env=self.env, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                limit=64 * 1024 * 1024,  # one event line carries a whole tool output
+            )
+        except OSError as exc:
+            raise OpenCodeNotFound(f"cannot start {self.argv[0]}: {exc.strerror}: {INSTALL_HINT}") from exc
+        process = self._process
+        assert process.stdin and process.stdout and process.stderr
+        process.stdin.write(self.prompt.encode())
+        with contextlib.suppress(ConnectionError):
+            await process.stdin.drain()
+        process.stdin.close()  # OpenCode reads stdin to EOF before it starts
+
+        async def read_events() -> None:
+            async for line in process.stdout:  # type: ignore[union-attr]
+                for event in parse_line(line):
+                    on_event(event)
+
+        async def read_stderr() -> None:
+            async for line in process.stderr:  # type: ignore[union-attr]
+                self._stderr.append(line.decode(errors="replace").rstrip())
+
+        readers = asyncio.gather(read_events(), read_stderr())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if readers in done:
+                readers.result()
+                return Outcome(await process.wait(), self.stderr_tail, timed_out=False, stopped=False)
+            await self.kill()
+            return Outcome(None, self.stderr_tail, timed_out=not done, stopped=bool(done))
+        finally:
+            stop.cancel()
+            await self.kill()  # also when cancelled (Ctrl-C): never leave anything behind
+            readers.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await readers
+
+    @property
+    def stderr_tail(self) -> str:
+        return "\n".join(self._stderr)
+
+    async def kill(self) -> None:
+        """SIGTERM to the whole process group, SIGKILL after a grace period; then SIGKILL to what
+        is left of the group (a tool's background job outlives OpenCode otherwise)."""
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), _KILL_GRACE_S)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)

@@ -1,0 +1,239 @@
+"""One run, end to end: endpoint up, isolated config written, OpenCode run, result assembled.
+
+Data goes one way: Settings in, a RunResult out. OpenCode only ever learns the endpoint's loopback
+URL and a per-run token; the real keys stay in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _litellm
+from .accounting.records import RequestRecord, RunUsage, totals
+from .errors import GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, SettingsError, UpstreamError
+from .gateway.app import Endpoint, create_app
+from .gateway.server import EndpointServer
+from .gateway.tagging import Tagging
+from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream
+from .opencode import config as oc_config
+from .opencode.events import Error, Event, StepStart, Text
+from .opencode.process import OpenCodeProcess, find_opencode, run_argv
+from .settings import GATEWAY_PREFIX, Settings
+
+__all__ = ["RunResult", "arun", "run"]
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    text: str  # the final answer: the text of the last step that produced text
+    session_id: str | None
+    stop_reason: str  # "done", "error" or "timeout"
+    model: str
+    mode: str  # "sdk" or "gateway"
+    usage: RunUsage
+    cost: float | None  # USD; None when some request could not be priced
+    requests: tuple[RequestRecord, ...] = ()
+    events: tuple[Event, ...] = ()
+    error: GatewayError | None = None
+    warnings: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.stop_reason == "done"
+
+    def raise_for_error(self) -> RunResult:
+        """Raise the run's error, if it has one; return self otherwise."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def to_dict(self, *, events: bool = True) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "run_id": self.run_id,
+            "text": self.text,
+            "session_id": self.session_id,
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            "mode": self.mode,
+            "usage": self.usage.to_dict(),
+            "cost": self.cost,
+            "error": self.error.to_dict() if self.error else None,
+            "warnings": list(self.warnings),
+            "duration_s": round(self.duration_s, 3),
+            "requests": [r.to_dict() for r in self.requests],
+        }
+        if events:
+            result["events"] = [e.to_dict() for e in self.events]
+        return result
+
+
+def _final_text(events: Sequence[Event]) -> str:
+    steps: list[list[str]] = [[]]
+    for event in events:
+        if isinstance(event, StepStart):
+            steps.append([])
+        elif isinstance(event, Text):
+            steps[-1].append(event.text)
+    return next(("".join(texts) for texts in reversed(steps) if texts), "")
+
+
+def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
+    model = settings.model or ""
+    if settings.mode == "gateway":
+        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):],
+                             settings.gateway_api_key, tagging)
+    return SdkUpstream(model, settings.api_base, settings.api_key, tagging)
+
+
+def _session_store(settings: Settings, session_id: str) -> Path:
+    if not _SESSION_ID.match(session_id):
+        raise SettingsError(f"session id {session_id!r} is invalid: pass a RunResult.session_id (ses_...)")
+    return settings.data_dir / "sessions" / session_id
+
+
+def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit_code: int | None,
+               stderr_tail: str) -> GatewayError | None:
+    error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
+    failed = next((r for r in reversed(records) if not r.ok), None)
+    if error_event is not None:
+        if failed is not None and failed.status_code >= 400 and error_event.status_code is not None:
+            return UpstreamError(failed.error or error_event.message, status_code=failed.status_code)
+        if error_event.status_code is not None:
+            return UpstreamError(error_event.message, status_code=error_event.status_code)
+        return OpenCodeError(f"OpenCode reported {error_event.name}: {error_event.message}", name=error_event.name)
+    if exit_code:
+        last = stderr_tail.strip().splitlines()[-1:] or ["(no stderr)"]
+        return OpenCodeFailed(f"opencode exited with code {exit_code}: {last[0]}", exit_code=exit_code,
+                              stderr_tail=stderr_tail)
+    return None
+
+
+async def arun(
+    prompt: str,
+    *,
+    model: str | None = None,
+    api_base: str | None = None,
+    api_key: str | None = None,
+    workdir: str | os.PathLike[str] = ".",
+    permissions: str | None = None,
+    disable_tools: Sequence[str] | None = None,
+    agent: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    tags: Sequence[str] | None = None,
+    session_id: str | None = None,
+    timeout: float | None = None,
+    opencode_bin: str | None = None,
+    settings: Settings | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Run OpenCode once on `model` through a local endpoint and account for every request.
+
+    Arguments override `settings`. Problems found before OpenCode starts (bad settings, no
+    binary, unknown session) raise; what happens during the run is reported in the RunResult
+    (`stop_reason`, `error`; `raise_for_error()` raises it).
+    """
+    settings = (settings or Settings()).replace(
+        model=model, api_base=api_base, api_key=api_key, permissions=permissions, disable_tools=disable_tools,
+        agent=agent, metadata=metadata, tags=tags, timeout=timeout, opencode_bin=opencode_bin,
+    ).validated()
+    if not prompt.strip():
+        raise SettingsError("the prompt is empty: give the task to run")
+    cwd = Path(workdir).expanduser().resolve()
+    if not cwd.is_dir():
+        raise SettingsError(f"workdir {cwd} is not a directory")
+    binary = find_opencode(settings.opencode_bin)
+    resumed_store = _session_store(settings, session_id) if session_id else None
+    if resumed_store is not None and not resumed_store.is_dir():
+        raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
+    oc_config.check_user_config(settings.opencode_config)
+    oc_config.permission_rules(settings.permissions, settings.disable_tools)
+    model_name = settings.model or ""
+
+    warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load))  # overlaps OpenCode's ~3 s start
+    started = time.monotonic()
+    run_id = "run_" + uuid.uuid4().hex
+    token = secrets.token_urlsafe(32)
+    real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
+    tagging = Tagging(settings.tags, settings.metadata)
+    upstream = _upstream(settings, tagging)
+    records: list[RequestRecord] = []
+    events: list[Event] = []
+
+    def seen(event: Event) -> None:
+        events.append(event)
+        if on_event is not None:
+            on_event(event)
+
+    private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
+    try:
+        token_file = private / "token"
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        data_home = resumed_store or private / "data"
+        for sub in ("home", "config", "cache", "state"):
+            (private / sub).mkdir(mode=0o700)
+        data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        oc_config.seed_config_dir(private / "config")
+        app = create_app(Endpoint(token=token, model=model_name, upstream=upstream, on_request=records.append,
+                                  secrets=(*real_secrets, token)))
+        async with EndpointServer(app) as server:
+            config = oc_config.build_config(
+                model=model_name, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
+                permissions=settings.permissions, disable_tools=settings.disable_tools,
+                user_config=settings.opencode_config,
+            )
+            (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
+            env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
+                                      secrets=real_secrets)
+            argv = run_argv(binary, oc_config.opencode_model(model_name), settings.agent, session_id)
+            process = OpenCodeProcess(argv, env=env, cwd=cwd, prompt=prompt)
+            outcome = await process.run(seen, settings.timeout)
+        await upstream.aclose()
+        found_session = next((e.session_id for e in events if e.session_id), None) or session_id
+        if resumed_store is None and found_session and _SESSION_ID.match(found_session):
+            store = _session_store(settings, found_session)
+            store.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(data_home), store)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        if not warm.done():
+            warm.cancel()
+
+    usage, cost, warnings = totals(records)
+    error: GatewayError | None
+    if outcome.timed_out:
+        stop_reason = "timeout"
+        error = RunTimeout(f"the run exceeded its timeout of {settings.timeout:g} s and OpenCode was stopped")
+    else:
+        error = _run_error(events, records, outcome.exit_code, outcome.stderr_tail)
+        stop_reason = "done" if error is None else "error"
+    return RunResult(
+        run_id=run_id, text=_final_text(events), session_id=found_session, stop_reason=stop_reason,
+        model=model_name, mode=settings.mode, usage=usage, cost=cost, requests=tuple(records),
+        events=tuple(events), error=error, warnings=warnings, duration_s=time.monotonic() - started,
+    )
+
+
+def run(prompt: str, **kwargs: Any) -> RunResult:
+    """`arun` for code without an event loop; takes the same arguments."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(arun(prompt, **kwargs))
+    raise RuntimeError("run() was called inside a running event loop: use `await arun(...)` instead")

@@ -1,0 +1,171 @@
+"""Settings: config.yaml and flags, resolved into one frozen value before anything starts.
+
+A value written `os.environ/NAME` is read from the environment, as LiteLLM's own config does, so a
+config file can be committed without the keys it uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .errors import SettingsError
+
+__all__ = ["PERMISSION_MODES", "Settings", "check_permissions", "default_data_dir", "load_settings"]
+
+PERMISSION_MODES = ("read-only", "edit", "full")
+ENV_PREFIX = "os.environ/"
+GATEWAY_PREFIX = "litellm_proxy/"
+
+
+def check_permissions(mode: str) -> None:
+    if mode not in PERMISSION_MODES:
+        hint = " (a headless run cannot answer permission prompts)" if mode == "ask" else ""
+        raise SettingsError(f"permissions {mode!r} is not supported{hint}: use one of {', '.join(PERMISSION_MODES)}")
+
+
+def default_data_dir() -> Path:
+    """Where kept sessions (and later the ledger) live: $OPENCODE_GATEWAY_HOME or the XDG data dir."""
+    explicit = os.environ.get("OPENCODE_GATEWAY_HOME")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "opencode-gateway"
+
+
+def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one run needs to know, after the file and the flags were merged."""
+
+    model: str | None = None
+    api_base: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=_frozen)
+    permissions: str = "full"
+    disable_tools: tuple[str, ...] = ()
+    agent: str = "build"
+    timeout: float = 1800.0
+    opencode_bin: str | None = None
+    opencode_config: Mapping[str, Any] = field(default_factory=_frozen)
+    data_dir: Path = field(default_factory=default_data_dir)
+
+    @property
+    def mode(self) -> str:
+        """`gateway` for a LiteLLM proxy model group (`litellm_proxy/<group>`), else `sdk`."""
+        return "gateway" if (self.model or "").startswith(GATEWAY_PREFIX) else "sdk"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with the given fields changed; `None` means "not given" and keeps the current value."""
+        given = {name: value for name, value in changes.items() if value is not None}
+        for name in ("metadata", "opencode_config"):
+            if name in given:
+                given[name] = _frozen(given[name])
+        for name in ("tags", "disable_tools"):
+            if name in given:
+                given[name] = tuple(given[name])
+        return dataclasses.replace(self, **given)
+
+    def validated(self) -> Settings:
+        """Check what can be checked before a run starts; return self or raise SettingsError."""
+        if not self.model:
+            raise SettingsError("no model given: pass -m MODEL (e.g. openai/gpt-4o-mini or litellm_proxy/<group>)")
+        if self.mode == "gateway":
+            if self.model == GATEWAY_PREFIX:
+                raise SettingsError("model 'litellm_proxy/' names no model group: use litellm_proxy/<group>")
+            if not self.gateway_api_base:
+                raise SettingsError(
+                    f"model {self.model} routes through a LiteLLM gateway but no gateway URL is set: "
+                    "pass --api-base URL or set LITELLM_PROXY_API_BASE"
+                )
+        check_permissions(self.permissions)
+        for tag in self.tags:
+            if not tag or "," in tag or tag != tag.strip():
+                raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty and contain no comma or edge spaces")
+        if self.timeout <= 0:
+            raise SettingsError(f"timeout {self.timeout} is invalid: give a number of seconds above 0")
+        return self
+
+    @property
+    def gateway_api_base(self) -> str | None:
+        return self.api_base or os.environ.get("LITELLM_PROXY_API_BASE") or None
+
+    @property
+    def gateway_api_key(self) -> str | None:
+        return self.api_key or os.environ.get("LITELLM_PROXY_API_KEY") or None
+
+
+# What config.yaml may contain, and the type each key must have.
+_FILE_KEYS: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "api_base": (str,),
+    "api_key": (str,),
+    "tags": (list,),
+    "metadata": (dict,),
+    "permissions": (str,),
+    "disable_tools": (list,),
+    "agent": (str,),
+    "timeout": (int, float),
+    "opencode_bin": (str,),
+    "opencode_config": (dict,),
+    "data_dir": (str,),
+}
+
+
+def _resolve_env(value: Any, where: str) -> Any:
+    if isinstance(value, str) and value.startswith(ENV_PREFIX):
+        name = value[len(ENV_PREFIX) :]
+        if name not in os.environ:
+            raise SettingsError(f"{where}: environment variable {name} is not set (referenced as {value})")
+        return os.environ[name]
+    if isinstance(value, dict):
+        return {k: _resolve_env(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
+    """Read a config.yaml into Settings (over `base`); None reads nothing."""
+    base = base or Settings()
+    if path is None:
+        return base
+    import yaml
+
+    file = Path(path)
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"{file}: cannot read the settings file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SettingsError(f"{file}: not valid YAML{at}") from exc
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{file}: the top level must be a mapping of settings")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _FILE_KEYS:
+            raise SettingsError(f"{file}: unknown setting {key!r}; known settings: {', '.join(_FILE_KEYS)}")
+        if value is None:
+            continue
+        value = _resolve_env(value, f"{file}: {key}")
+        expected = _FILE_KEYS[key]
+        if not isinstance(value, expected) or isinstance(value, bool):
+            names = " or ".join(t.__name__ for t in expected)
+            raise SettingsError(f"{file}: {key} must be a {names}, not {type(value).__name__}")
+        if key in ("tags", "disable_tools") and not all(isinstance(item, str) for item in value):
+            raise SettingsError(f"{file}: {key} must be a list of strings")
+        values[key] = Path(value).expanduser() if key == "data_dir" else value
+    return base.replace(**values)

@@ -1,0 +1,224 @@
+"""A scripted OpenAI-compatible model server: the stand-in for the model, and nothing else.
+
+It streams like a real Chat Completions server (SSE chunks, tool-call deltas split over several
+chunks, a usage chunk only when `stream_options.include_usage` is asked for) and logs every request
+it receives, so tests can assert what reached "the model". The demo and the benchmarks use it too.
+
+Replies are queued with `script()`; each request takes the next one. A reply may be a callable that
+builds the reply from the request body (the demo echoes tool output back this way). When the queue
+is empty the server answers with a short text, so a run never hangs waiting for a script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+__all__ = ["Reply", "ScriptedUpstream", "ToolCall", "usage"]
+
+
+def usage(
+    prompt: int = 1000,
+    completion: int = 50,
+    *,
+    cached: int = 0,
+    reasoning: int = 0,
+    cost: float | None = None,
+) -> dict[str, Any]:
+    """An OpenAI-shaped usage object."""
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached:
+        body["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    if cost is not None:
+        body["cost"] = cost
+    return body
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted model turn: text and/or tool calls, the usage it reports, or an HTTP error."""
+
+    text: str = ""
+    tool_calls: Sequence[ToolCall] = ()
+    reasoning: str = ""
+    usage: Mapping[str, Any] = field(default_factory=usage)
+    status: int = 200
+    error: str = "scripted error"
+    chunk_delay: float = 0.0
+
+
+ReplySource = Reply | Callable[[Mapping[str, Any]], Reply]
+FALLBACK = Reply(text="(scripted upstream: no reply was scripted for this request)")
+
+
+class ScriptedUpstream:
+    """The server and its script. `start()` serves it on 127.0.0.1 in a background thread."""
+
+    def __init__(self) -> None:
+        self._replies: collections.deque[ReplySource] = collections.deque()
+        self.requests: list[dict[str, Any]] = []
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        routes = [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ]
+        self.app = Starlette(routes=routes)
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use, ending in /v1."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *replies: ReplySource) -> None:
+        """Replace the queue of replies and forget earlier requests."""
+        self._replies.clear()
+        self._replies.extend(replies)
+        self.requests.clear()
+
+    def start(self) -> ScriptedUpstream:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])),  # type: ignore[union-attr]
+            name="scripted-upstream",
+            daemon=True,
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("scripted upstream did not start within 10 s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+
+    def _next_reply(self, body: Mapping[str, Any]) -> Reply:
+        source = self._replies.popleft() if self._replies else FALLBACK
+        return source(body) if callable(source) else source
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
+        reply = self._next_reply(body)
+        if reply.status >= 400:
+            error = {"error": {"message": reply.error, "type": "scripted_error", "code": str(reply.status)}}
+            return JSONResponse(error, status_code=reply.status)
+        model = str(body.get("model", "scripted"))
+        if not body.get("stream"):
+            return JSONResponse(_completion(model, reply))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(_stream(model, reply, include_usage), media_type="text/event-stream")
+
+
+def _completion(model: str, reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for i, c in enumerate(reply.tool_calls)
+        ]
+    finish = "tool_calls" if reply.tool_calls else "stop"
+    return {
+        "id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion", "created": int(time.time()),
+        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": dict(reply.usage),
+    }
+
+
+def _pieces(text: str, n: int) -> list[str]:
+    """Split text into n roughly equal pieces (some may be empty for short text)."""
+    size = max(1, -(-len(text) // n))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+async def _stream(model: str, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+    base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        event = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+    async def pause() -> None:
+        if reply.chunk_delay:
+            await asyncio.sleep(reply.chunk_delay)
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(reply.reasoning, 3) if reply.reasoning else []:
+        await pause()
+        yield chunk({"reasoning_content": piece})
+    words = reply.text.split(" ") if reply.text else []
+    for i, word in enumerate(words):
+        await pause()
+        yield chunk({"content": word if i == len(words) - 1 else word + " "})
+    for index, call in enumerate(reply.tool_calls):
+        await pause()
+        call_id = f"call_{uuid.uuid4().hex[:8]}"
+        yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                     "function": {"name": call.name, "arguments": ""}}]})
+        for piece in _pieces(json.dumps(call.arguments), 3):
+            await pause()
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, "tool_calls" if reply.tool_calls else "stop")
+    if include_usage:
+        yield b"data: " + json.dumps({**base, "choices": [], "usage": dict(reply.usage)}).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve the scripted stand-in model until interrupted.")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = ScriptedUpstream()
+    if args.port:
+        uvicorn.run(server.app, host="127.0.0.1", port=args.port, log_level="warning")
+    else:
+        server.start()
+        print(server.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
