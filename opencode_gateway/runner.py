@@ -26,7 +26,7 @@ from .errors import GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, Set
 from .gateway.app import Endpoint, create_app
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
-from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream
+from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream, opencode_retries
 from .opencode import config as oc_config
 from .opencode.events import Error, Event, StepStart, Text
 from .opencode.process import OpenCodeProcess, find_opencode, run_argv
@@ -108,7 +108,10 @@ def _session_store(settings: Settings, session_id: str) -> Path:
 
 
 def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit_code: int | None,
-               stderr_tail: str) -> GatewayError | None:
+               stderr_tail: str, fatal: RequestRecord | None) -> GatewayError | None:
+    if fatal is not None:
+        return UpstreamError(fatal.error or f"upstream answered HTTP {fatal.status_code}",
+                             status_code=fatal.status_code)
     error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
     failed = next((r for r in reversed(records) if not r.ok), None)
     if error_event is not None:
@@ -157,12 +160,12 @@ async def arun(
     cwd = Path(workdir).expanduser().resolve()
     if not cwd.is_dir():
         raise SettingsError(f"workdir {cwd} is not a directory")
-    binary = find_opencode(settings.opencode_bin)
+    oc_config.check_user_config(settings.opencode_config)
+    oc_config.permission_rules(settings.permissions, settings.disable_tools)
     resumed_store = _session_store(settings, session_id) if session_id else None
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
-    oc_config.check_user_config(settings.opencode_config)
-    oc_config.permission_rules(settings.permissions, settings.disable_tools)
+    binary = find_opencode(settings.opencode_bin)
     model_name = settings.model or ""
 
     warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load))  # overlaps OpenCode's ~3 s start
@@ -174,6 +177,17 @@ async def arun(
     upstream = _upstream(settings, tagging)
     records: list[RequestRecord] = []
     events: list[Event] = []
+    fatal: list[RequestRecord] = []
+    process: OpenCodeProcess | None = None
+
+    def recorded(record: RequestRecord) -> None:
+        records.append(record)
+        # The endpoint has already retried what can be retried; OpenCode would retry again for
+        # minutes (or forever, after a cut stream). End the run with the error instead.
+        if not record.ok and opencode_retries(record.status_code) and not fatal:
+            fatal.append(record)
+            if process is not None:
+                process.stop()
 
     def seen(event: Event) -> None:
         events.append(event)
@@ -190,7 +204,7 @@ async def arun(
             (private / sub).mkdir(mode=0o700)
         data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
         oc_config.seed_config_dir(private / "config")
-        app = create_app(Endpoint(token=token, model=model_name, upstream=upstream, on_request=records.append,
+        app = create_app(Endpoint(token=token, model=model_name, upstream=upstream, on_request=recorded,
                                   secrets=(*real_secrets, token)))
         async with EndpointServer(app) as server:
             config = oc_config.build_config(
@@ -221,7 +235,7 @@ async def arun(
         stop_reason = "timeout"
         error = RunTimeout(f"the run exceeded its timeout of {settings.timeout:g} s and OpenCode was stopped")
     else:
-        error = _run_error(events, records, outcome.exit_code, outcome.stderr_tail)
+        error = _run_error(events, records, outcome.exit_code, outcome.stderr_tail, fatal[0] if fatal else None)
         stop_reason = "done" if error is None else "error"
     return RunResult(
         run_id=run_id, text=_final_text(events), session_id=found_session, stop_reason=stop_reason,

@@ -164,8 +164,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         expected = _FILE_KEYS[key]
         if not isinstance(value, expected) or isinstance(value, bool):
             names = " or ".join(t.__name__ for t in expected)
-            raise SettingsError(f"{file}: {key} must be a {names}, not {type(value).__name__}")
-        if key in ("tags", "disable_tools") and not all(isinstance(item, str) for item in value):
+            raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
-        values[key] = Path(value).expanduser() if key == "data_dir" else value
+        values[key] = Path(value).expanduser() if isinstance(value, str) and key == "data_dir" else value
     return base.replace(**values)

@@ -24,6 +24,7 @@ class RequestRecord:
     started_at: float  # Unix time
     duration_s: float
     ttfb_s: float | None  # time to the first byte from upstream
+    attempts: int = 1  # upstream calls made for it (retries of 429/5xx before the first byte)
     error: str | None = None
 
     @property
@@ -45,6 +46,7 @@ class RequestRecord:
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 6),
             "ttfb_s": None if self.ttfb_s is None else round(self.ttfb_s, 6),
+            "attempts": self.attempts,
             "error": self.error,
         }
 
@@ -76,5 +78,13 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
             "map, or a gateway that reports cost"
         )
     cost = None if unpriced else sum(r.cost.usd or 0.0 for r in records)
-    run_usage = RunUsage(**usage.to_dict(), requests=len(records), usage_missing_requests=len(missing))
+    run_usage = RunUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        requests=len(records),
+        usage_missing_requests=len(missing),
+    )
     return run_usage, cost, tuple(warnings)

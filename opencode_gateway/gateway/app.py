@@ -7,6 +7,7 @@ request ends, however it ends, one RequestRecord goes to `on_request`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import json
@@ -28,11 +29,25 @@ from ..accounting.pricing import Cost, price
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, usage_from_body
 from .tagging import clean_body, forwarded_headers
-from .upstream import Upstream, UpstreamReply, error_body
+from .upstream import Upstream, UpstreamReply, error_body, opencode_retries
 
-__all__ = ["Endpoint", "create_app"]
+__all__ = ["Endpoint", "RetryPolicy", "create_app"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of upstream failures OpenCode would otherwise retry itself, for minutes and
+    silently. Only before the first byte is relayed: a started answer is never sent twice."""
+
+    attempts: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        wanted = retry_after if retry_after is not None else self.base_delay * 2 ** (attempt - 1)
+        return max(0.0, min(wanted, self.max_delay))
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,7 @@ class Endpoint:
     upstream: Upstream
     on_request: Callable[[RequestRecord], None]
     secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
+    retry: RetryPolicy = RetryPolicy()
 
     def scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -87,7 +103,17 @@ def create_app(endpoint: Endpoint) -> Starlette:
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         call = _Call(endpoint, stream)
-        reply = await endpoint.upstream.send(body, forwarded_headers(request.headers))
+        headers = forwarded_headers(request.headers)
+        for attempt in range(1, endpoint.retry.attempts + 1):
+            call.attempts = attempt
+            reply = await endpoint.upstream.send(body, headers)
+            if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
+                break
+            await reply.aclose()
+            delay = endpoint.retry.delay(attempt, reply.retry_after)
+            log.warning("upstream answered %s; retrying in %.1f s (attempt %d of %d)",
+                        reply.status_code, delay, attempt + 1, endpoint.retry.attempts)
+            await asyncio.sleep(delay)
         call.first_byte()
         if reply.status_code >= 400:
             return await call.failed(reply)
@@ -120,6 +146,7 @@ class _Call:
         self.started_at = time.time()
         self.started = time.monotonic()
         self.ttfb: float | None = None
+        self.attempts = 1
 
     def first_byte(self) -> None:
         if self.ttfb is None:
@@ -130,7 +157,7 @@ class _Call:
         record = RequestRecord(
             request_id=self.request_id, model=self.endpoint.model, upstream_model=upstream_model,
             status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
-            duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb,
+            duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
             error=None if error is None else self.endpoint.scrub(error),
         )
         self.endpoint.on_request(record)

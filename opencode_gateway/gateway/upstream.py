@@ -15,11 +15,16 @@ import httpx
 from .. import _litellm
 from .tagging import Tagging
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body"]
+__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body", "opencode_retries"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
 COST_HEADER = "x-litellm-response-cost"
+
+
+def opencode_retries(status_code: int) -> bool:
+    """Whether OpenCode retries this status by itself (6 attempts over ~70 s for a 500)."""
+    return status_code in (408, 409, 429) or status_code >= 500
 
 
 def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
@@ -47,6 +52,7 @@ class UpstreamReply:
         *,
         header_cost: float | None = None,
         reports_cost: bool = True,
+        retry_after: float | None = None,
         response: httpx.Response | None = None,
     ) -> None:
         self.status_code = status_code
@@ -54,6 +60,7 @@ class UpstreamReply:
         self.chunks = chunks
         self.header_cost = header_cost
         self.reports_cost = reports_cost
+        self.retry_after = retry_after  # seconds the upstream asked us to wait before a retry
         self._response = response
 
     @classmethod
@@ -86,6 +93,11 @@ def _float(value: str | None) -> float | None:
         return None if value is None else float(value)
     except ValueError:
         return None
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    milliseconds = _float(headers.get("retry-after-ms"))
+    return milliseconds / 1000 if milliseconds is not None else _float(headers.get("retry-after"))
 
 
 class ProxyUpstream:
@@ -124,6 +136,7 @@ class ProxyUpstream:
             response.headers.get("content-type", JSON),
             response.aiter_raw(),
             header_cost=_float(response.headers.get(COST_HEADER)),
+            retry_after=_retry_after(response.headers),
             response=response,
         )
 
@@ -144,7 +157,9 @@ class SdkUpstream:
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
         litellm = _litellm.load()
-        kwargs = {**body, "model": self.model, "metadata": self._tagging.sdk_metadata(), "drop_params": True}
+        # max_retries=0: the endpoint's RetryPolicy is the one retry layer, and it is recorded.
+        kwargs = {**body, "model": self.model, "metadata": self._tagging.sdk_metadata(), "drop_params": True,
+                  "max_retries": 0}
         kwargs.update(self._credentials)
         self._clamp_max_tokens(litellm, kwargs)
         try:

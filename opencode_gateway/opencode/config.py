@@ -56,16 +56,16 @@ _NEVER_ASK = {"question": "deny", "doom_loop": "deny"}
 # Keys of a user config that would take model calls or permissions out of our hands, and the flag to
 # use instead.
 _MANAGED_TOP = {
-    "provider": "-m/--model and --api-base",
-    "model": "-m/--model",
-    "small_model": "-m/--model",
-    "enabled_providers": "-m/--model (the run's only provider is litellm)",
-    "disabled_providers": "-m/--model (the run's only provider is litellm)",
-    "permission": "--permissions and --disable-tool",
-    "tools": "--disable-tool",
-    "plugin": "nothing: plugins never load in an isolated run",
+    "provider": "use -m/--model and --api-base",
+    "model": "use -m/--model",
+    "small_model": "use -m/--model",
+    "enabled_providers": "use -m/--model (the run's only provider is litellm)",
+    "disabled_providers": "use -m/--model (the run's only provider is litellm)",
+    "permission": "use --permissions and --disable-tool",
+    "tools": "use --disable-tool",
+    "plugin": "plugins never load in an isolated run",
 }
-_MANAGED_PER_AGENT = {"model": "-m/--model", "permission": "--permissions", "tools": "--disable-tool"}
+_MANAGED_PER_AGENT = {"model": "use -m/--model", "permission": "use --permissions", "tools": "use --disable-tool"}
 
 # Environment variables that may carry credentials; none of them reaches OpenCode.
 _CREDENTIAL_PREFIXES = (
@@ -103,7 +103,7 @@ def check_user_config(config: Mapping[str, Any]) -> None:
     """Refuse a user OpenCode config that sets a managed key, naming the flag to use instead."""
     for key, flag in _MANAGED_TOP.items():
         if key in config:
-            raise ConfigConflict(f"opencode_config sets {key!r}, which opencode-gateway manages: use {flag}")
+            raise ConfigConflict(f"opencode_config sets {key!r}, which opencode-gateway manages: {flag}")
     for section in ("agent", "mode"):
         entries = config.get(section) or {}
         if not isinstance(entries, Mapping):
@@ -112,7 +112,7 @@ def check_user_config(config: Mapping[str, Any]) -> None:
             for key, flag in _MANAGED_PER_AGENT.items():
                 if isinstance(entry, Mapping) and key in entry:
                     raise ConfigConflict(
-                        f"opencode_config.{section}.{name} sets {key!r}, which opencode-gateway manages: use {flag}"
+                        f"opencode_config.{section}.{name} sets {key!r}, which opencode-gateway manages: {flag}"
                     )
 
 

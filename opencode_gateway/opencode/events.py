@@ -36,6 +36,10 @@ _TOOL_NAMES = {
 }
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def normalize_tool(native: str) -> str:
     return _TOOL_NAMES.get(native, native)
 
@@ -109,8 +113,8 @@ class Error(Event):
 
 def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]:
     native = str(part.get("tool", ""))
-    state = part.get("state") if isinstance(part.get("state"), Mapping) else {}
-    tool_input = state.get("input") if isinstance(state.get("input"), Mapping) else {}
+    state = _mapping(part.get("state"))
+    tool_input = _mapping(state.get("input"))
     if native == "invalid":  # OpenCode's stand-in when the model called a tool it was not offered
         native = str(tool_input.get("tool") or native)
     tool, call_id = normalize_tool(native), str(part.get("callID", ""))
@@ -126,8 +130,8 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
 
 
 def _error_event(session_id: str | None, error: Any) -> Error:
-    error = error if isinstance(error, Mapping) else {}
-    data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
+    error = _mapping(error)
+    data = _mapping(error.get("data"))
     status = data.get("statusCode")
     return Error(
         session_id,
@@ -147,7 +151,7 @@ def parse_line(line: str | bytes) -> list[Event]:
         return []
     kind = raw.get("type")
     session_id = raw.get("sessionID") if isinstance(raw.get("sessionID"), str) else None
-    part = raw.get("part") if isinstance(raw.get("part"), Mapping) else {}
+    part = _mapping(raw.get("part"))
     message_id = part.get("messageID")
     if kind == "step_start":
         return [StepStart(session_id, message_id=message_id)]
@@ -158,8 +162,8 @@ def parse_line(line: str | bytes) -> list[Event]:
     if kind == "tool_use":
         return _tool_events(session_id, part)
     if kind == "step_finish":
-        tokens = part.get("tokens") if isinstance(part.get("tokens"), Mapping) else {}
-        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=dict(tokens))]
+        tokens = dict(_mapping(part.get("tokens")))
+        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=tokens)]
     if kind == "error":
         return [_error_event(session_id, raw.get("error"))]
     return []

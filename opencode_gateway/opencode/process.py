@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import OpenCodeNotFound
 from .events import Event, parse_line
@@ -105,8 +106,8 @@ class OpenCodeProcess:
             async for line in process.stderr:  # type: ignore[union-attr]
                 self._stderr.append(line.decode(errors="replace").rstrip())
 
-        readers = asyncio.gather(read_events(), read_stderr())
-        stop = asyncio.ensure_future(self._stop.wait())
+        readers: asyncio.Future[Any] = asyncio.gather(read_events(), read_stderr())
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:

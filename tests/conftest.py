@@ -1,0 +1,76 @@
+"""Shared fixtures: the scripted model server (a real uvicorn server on loopback) and the real
+opencode binary. Nothing here stands in for OpenCode, LiteLLM or uvicorn."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Kept sessions of test runs never land in the real user's data dir.
+os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
+
+from scripted_upstream import ScriptedUpstream  # noqa: E402
+
+SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
+
+
+@pytest.fixture(scope="session")
+def _upstream_server() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream(_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
+    """The scripted model, with an empty script and request log for this test."""
+    _upstream_server.script()
+    return _upstream_server
+
+
+@pytest.fixture(scope="session")
+def _second_server() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hostile_upstream(_second_server: ScriptedUpstream) -> ScriptedUpstream:
+    """A second model server, standing where a hostile config would redirect model calls."""
+    _second_server.script()
+    return _second_server
+
+
+@pytest.fixture(scope="session")
+def opencode_bin() -> str:
+    """The real opencode binary. Missing is a failure, not a skip: scripts/setup installs it."""
+    candidate = os.environ.get("OPENCODE_BIN") or str(ROOT / ".tools/opencode/node_modules/.bin/opencode")
+    if not os.access(candidate, os.X_OK):
+        pytest.fail(f"no opencode binary at {candidate}: run scripts/setup (or set OPENCODE_BIN)")
+    return candidate
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "gateway-data"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,167 @@
+"""The endpoint, with the gateway side mocked by respx: what goes upstream, what comes back, and
+what gets recorded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import respx
+
+from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.tagging import Tagging
+from opencode_gateway.gateway.upstream import ProxyUpstream
+
+pytestmark = pytest.mark.anyio
+
+GATEWAY = "http://gateway.test"
+TOKEN = "per-run-token"
+VIRTUAL_KEY = "sk-virtual-team-key"
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
+
+
+def sse_body(*, usage: dict | None = USAGE, model: str = "gpt-4o-mini") -> bytes:
+    chunks = [{"id": "c1", "model": model, "choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hi", "!")]
+    if usage:
+        chunks.append({"id": "c1", "model": model, "choices": [], "usage": usage})
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@pytest.fixture
+def records() -> list[RequestRecord]:
+    return []
+
+
+@pytest.fixture
+async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClient]:
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging(("team-a",), {"ticket": "ENG-412"}))
+    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append,
+                        secrets=(VIRTUAL_KEY, TOKEN))
+    transport = httpx.ASGITransport(app=create_app(endpoint))
+    async with httpx.AsyncClient(transport=transport, base_url="http://endpoint") as c:
+        yield c
+    await upstream.aclose()
+
+
+def chat(**extra: object) -> dict:
+    return {"model": "whatever-opencode-says", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+@respx.mock
+async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, records: list) -> None:
+    route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, content=sse_body(), headers={"content-type": "text/event-stream"})
+    spoofed = {**AUTH, "x-litellm-tags": "free-lunch", "x-litellm-spend-logs-metadata": '{"ticket":"OTHER"}',
+               "x-api-key": "stolen", "x-session-id": "ses_abc", "user-agent": "opencode/1.18.33"}
+    body = chat(metadata={"ticket": "OTHER"}, tags=["free"], user="mallory", litellm_budget="x",
+                mock_response="free", stream_options={"include_usage": False})
+    response = await client.post("/v1/chat/completions", json=body, headers=spoofed)
+    assert response.status_code == 200
+    sent = route.calls.last.request
+    assert sent.headers["authorization"] == f"Bearer {VIRTUAL_KEY}"
+    assert sent.headers["x-litellm-tags"] == "harness,opencode,team-a"
+    assert json.loads(sent.headers["x-litellm-spend-logs-metadata"]) == {"ticket": "ENG-412"}
+    assert "x-api-key" not in sent.headers
+    assert sent.headers["x-session-id"] == "ses_abc"
+    assert sent.headers["user-agent"] == "opencode/1.18.33"
+    sent_body = json.loads(sent.content)
+    assert sent_body["model"] == "coder"
+    assert sent_body["stream_options"] == {"include_usage": True}
+    for field in ("metadata", "tags", "user", "litellm_budget", "mock_response"):
+        assert field not in sent_body
+    assert TOKEN not in str(sent.headers) + sent.content.decode()
+
+
+@respx.mock
+async def test_stream_is_relayed_unchanged_and_its_usage_recorded(client: httpx.AsyncClient, records: list) -> None:
+    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, content=sse_body(), headers={"content-type": "text/event-stream"})
+    response = await client.post("/chat/completions", json=chat(), headers=AUTH)
+    assert response.content == sse_body()
+    assert response.headers["content-type"].startswith("text/event-stream")
+    [record] = records
+    assert record.ok and record.stream
+    assert record.usage is not None and (record.usage.input_tokens, record.usage.output_tokens) == (1000, 50)
+    assert record.upstream_model == "gpt-4o-mini"
+    assert record.cost.source == "litellm" and record.cost.usd is not None and record.cost.usd > 0
+
+
+@respx.mock
+async def test_a_stream_without_usage_is_recorded_as_missing(client: httpx.AsyncClient, records: list) -> None:
+    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, content=sse_body(usage=None), headers={"content-type": "text/event-stream"})
+    await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
+    [record] = records
+    assert record.usage is None and record.cost.usd is None and record.cost.source == "unpriced"
+
+
+@respx.mock
+async def test_non_streamed_response_usage_and_header_cost(client: httpx.AsyncClient, records: list) -> None:
+    body = {"id": "c", "model": "gpt-4o-mini", "choices": [], "usage": USAGE}
+    respx.post(f"{GATEWAY}/v1/chat/completions").respond(200, json=body, headers={"x-litellm-response-cost": "0.0123"})
+    response = await client.post("/v1/chat/completions", json=chat(stream=False), headers=AUTH)
+    assert response.json() == body
+    [record] = records
+    assert not record.stream and record.cost.usd == 0.0123 and record.cost.source == "reported"
+
+
+@respx.mock
+async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scrubbed(
+    client: httpx.AsyncClient, records: list
+) -> None:
+    message = f"key {VIRTUAL_KEY} may not use model coder"
+    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+        403, json={"error": {"message": message, "type": "key_model_access_denied", "code": "403"}})
+    response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
+    assert response.status_code == 403
+    error = response.json()["error"]
+    assert error["message"] == "key [REDACTED] may not use model coder"
+    assert set(error) == {"message", "type", "param", "code"}
+    [record] = records
+    assert record.status_code == 403 and record.error == error["message"] and record.cost.usd == 0.0
+
+
+@respx.mock
+async def test_unreachable_gateway_is_a_502_naming_the_url(client: httpx.AsyncClient, records: list) -> None:
+    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
+    response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
+    assert response.status_code == 502
+    assert f"{GATEWAY}/v1/chat/completions" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}])
+async def test_wrong_or_missing_token_is_401(client: httpx.AsyncClient, headers: dict) -> None:
+    for request in (client.post("/v1/chat/completions", json=chat(), headers=headers),
+                    client.get("/v1/models", headers=headers)):
+        response = await request
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+
+
+async def test_models_lists_the_runs_model(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/models", headers=AUTH)
+    assert [m["id"] for m in response.json()["data"]] == ["litellm_proxy/coder"]
+
+
+@pytest.mark.parametrize(("content", "message"), [(b"{not json", "not valid JSON"), (b"[1]", "must be a JSON object")])
+async def test_bad_bodies_are_400(client: httpx.AsyncClient, content: bytes, message: str) -> None:
+    response = await client.post("/v1/chat/completions", content=content, headers=AUTH)
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+
+
+async def test_unknown_path_and_wrong_method_are_openai_shaped(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v2/anything", headers=AUTH)).json()["error"]["code"] == "404"
+    response = await client.get("/v1/chat/completions", headers=AUTH)
+    assert response.status_code == 405 and response.json()["error"]["code"] == "405"
+
+
+def test_gateway_url_accepts_a_base_with_or_without_v1() -> None:
+    for base in ("http://gw:4000", "http://gw:4000/", "http://gw:4000/v1", "http://gw:4000/v1/"):
+        assert ProxyUpstream(base, "g", None, Tagging()).url == "http://gw:4000/v1/chat/completions"

@@ -1,0 +1,144 @@
+"""The generated OpenCode config and environment: one provider, our permissions, no secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.errors import ConfigConflict, SettingsError
+from opencode_gateway.opencode.config import build_config, build_env, permission_rules, seed_config_dir
+
+BASE = {"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:5555/v1", "api_key_ref": "{file:/p/token}"}
+
+
+def test_the_only_provider_is_litellm_pointing_at_the_endpoint() -> None:
+    config = build_config(**BASE)
+    assert list(config["provider"]) == ["litellm"]
+    provider = config["provider"]["litellm"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:5555/v1", "apiKey": "{file:/p/token}"}
+    assert list(provider["models"]) == ["openai/gpt-4o-mini"]
+    assert config["enabled_providers"] == ["litellm"]
+    assert config["model"] == config["small_model"] == "litellm/openai/gpt-4o-mini"
+    assert config["autoupdate"] is False
+    assert config["share"] == "disabled"
+
+
+def test_full_mode_allows_everything_but_never_asks() -> None:
+    assert permission_rules("full") == {"*": "allow", "question": "deny", "doom_loop": "deny"}
+
+
+def test_read_only_mode_denies_edits_bash_web_and_unknown_tools() -> None:
+    rules = permission_rules("read-only")
+    assert rules["*"] == "deny"
+    for allowed in ("read", "glob", "grep", "list"):
+        assert rules[allowed] == "allow"
+    for denied in ("edit", "bash", "webfetch", "websearch", "external_directory"):
+        assert rules.get(denied, rules["*"]) == "deny"
+
+
+def test_edit_mode_allows_edits_but_not_bash() -> None:
+    rules = permission_rules("edit")
+    assert rules["edit"] == "allow"
+    assert rules.get("bash", rules["*"]) == "deny"
+
+
+def test_no_mode_ever_asks() -> None:
+    for mode in ("read-only", "edit", "full"):
+        assert "ask" not in permission_rules(mode).values()
+
+
+def test_disabled_tools_are_denied_by_their_opencode_names() -> None:
+    rules = permission_rules("full", ["bash", "ls", "web_search", "write"])
+    assert rules["bash"] == rules["list"] == rules["webfetch"] == rules["websearch"] == rules["edit"] == "deny"
+
+
+def test_an_unknown_tool_name_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(SettingsError, match="cannot disable tool 'shell': known tools are read, write"):
+        permission_rules("full", ["shell"])
+
+
+def test_ask_mode_is_refused_before_anything_starts() -> None:
+    with pytest.raises(SettingsError, match="cannot answer permission prompts"):
+        permission_rules("ask")
+
+
+def test_user_config_is_merged_under_managed_keys() -> None:
+    config = build_config(**BASE, user_config={"instructions": ["STYLE.md"], "share": "auto",
+                                               "agent": {"build": {"temperature": 0.1}}})
+    assert config["instructions"] == ["STYLE.md"]
+    assert config["agent"] == {"build": {"temperature": 0.1}}
+    assert config["share"] == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("user_config", "flag"),
+    [
+        ({"provider": {"evil": {}}}, "use -m/--model and --api-base"),
+        ({"model": "evil/m"}, "use -m/--model"),
+        ({"small_model": "evil/m"}, "use -m/--model"),
+        ({"enabled_providers": ["evil"]}, "the run's only provider is litellm"),
+        ({"disabled_providers": []}, "the run's only provider is litellm"),
+        ({"permission": {"bash": "allow"}}, "use --permissions"),
+        ({"tools": {"bash": True}}, "use --disable-tool"),
+        ({"plugin": ["evil-plugin"]}, "plugins never load"),
+        ({"agent": {"build": {"model": "evil/m"}}}, "agent.build sets 'model'"),
+        ({"agent": {"build": {"permission": {"bash": "allow"}}}}, "agent.build sets 'permission'"),
+        ({"mode": {"plan": {"tools": {"write": True}}}}, "mode.plan sets 'tools'"),
+    ],
+)
+def test_user_config_setting_a_managed_key_is_refused_naming_the_flag(user_config: dict, flag: str) -> None:
+    with pytest.raises(ConfigConflict, match="which opencode-gateway manages") as info:
+        build_config(**BASE, user_config=user_config)
+    assert flag in str(info.value)
+
+
+INHERITED = {
+    "PATH": "/usr/bin",
+    "LANG": "C.UTF-8",
+    "OPENAI_API_KEY": "sk-openai",
+    "ANTHROPIC_API_KEY": "sk-ant",
+    "LITELLM_PROXY_API_KEY": "sk-virtual",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "GITHUB_TOKEN": "ghp",
+    "MY_SERVICE_PASSWORD": "pw",
+    "SSH_AUTH_SOCK": "/tmp/agent.sock",
+    "OPENCODE_CONFIG": "/home/u/.config/opencode/evil.json",
+    "OPENCODE_PERMISSION": '{"bash":"allow"}',
+    "INNOCENT_LOOKING": "contains sk-virtual inside",
+    "NO_PROXY": "corp.internal",
+}
+
+
+def test_environment_drops_credentials_and_inherited_opencode_switches(tmp_path: Path) -> None:
+    env = build_env(INHERITED, private_dir=tmp_path, data_dir=tmp_path / "data", config={"a": 1},
+                    secrets=["sk-virtual"])
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "LITELLM_PROXY_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                 "GITHUB_TOKEN", "MY_SERVICE_PASSWORD", "SSH_AUTH_SOCK", "OPENCODE_CONFIG",
+                 "OPENCODE_PERMISSION", "INNOCENT_LOOKING"):
+        assert name not in env, name
+    assert env["PATH"] == "/usr/bin" and env["LANG"] == "C.UTF-8"
+    assert not any(secret in value for value in env.values() for secret in ("sk-openai", "sk-virtual", "ghp"))
+
+
+def test_environment_isolates_opencode(tmp_path: Path) -> None:
+    env = build_env(INHERITED, private_dir=tmp_path, data_dir=tmp_path / "data", config={"model": "litellm/m"})
+    assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {"model": "litellm/m"}
+    assert env["OPENCODE_DISABLE_PROJECT_CONFIG"] == "1"
+    for switch in ("AUTOUPDATE", "MODELS_FETCH", "LSP_DOWNLOAD", "SHARE", "DEFAULT_PLUGINS", "CLAUDE_CODE",
+                   "EXTERNAL_SKILLS"):
+        assert env[f"OPENCODE_DISABLE_{switch}"] == "1"
+    assert env["HOME"] == str(tmp_path / "home")
+    assert env["XDG_CONFIG_HOME"] == str(tmp_path / "config")
+    assert env["XDG_DATA_HOME"] == str(tmp_path / "data")
+    assert env["NO_PROXY"] == env["no_proxy"] == "corp.internal,127.0.0.1,localhost"
+
+
+def test_seeded_config_dir_marks_the_plugin_package_installed(tmp_path: Path) -> None:
+    seed_config_dir(tmp_path)
+    opencode = tmp_path / "opencode"
+    lock = json.loads((opencode / "package-lock.json").read_text())
+    assert "node_modules/@opencode-ai/plugin" in lock["packages"]
+    assert json.loads((opencode / "node_modules/@opencode-ai/plugin/package.json").read_text())["version"]

@@ -1,0 +1,121 @@
+"""The command line, run as a user runs it: a subprocess of the installed console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+CLI = [sys.executable, "-m", "opencode_gateway"]
+
+
+def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def test_import_and_help_do_not_import_litellm() -> None:
+    code = ("import sys, opencode_gateway, opencode_gateway.cli as c\n"
+            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().endswith("NO-LITELLM")
+
+
+def test_config_prints_the_isolated_config_without_secrets() -> None:
+    result = cli("config", "-m", "openai/gpt-4o-mini", "--permissions", "read-only", "--disable-tool", "grep",
+                 env={"OPENAI_API_KEY": "sk-should-not-appear"})
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    assert list(config["provider"]) == ["litellm"]
+    assert config["permission"]["grep"] == "deny" and config["permission"]["*"] == "deny"
+    assert "sk-should-not-appear" not in result.stdout
+
+
+def test_config_out_writes_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "opencode.json"
+    assert cli("config", "-m", "openai/gpt-4o-mini", "--out", str(out)).returncode == 0
+    assert json.loads(out.read_text())["model"] == "litellm/openai/gpt-4o-mini"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "-m", "m", "--metadata", "ticket", "hi"], "--metadata 'ticket' is not KEY=VALUE"),
+        (["run", "-m", "m", "--permissions", "ask", "hi"], "cannot answer permission prompts"),
+        (["run", "-m", "m", "--timeout", "soon", "hi"], "invalid float value"),
+        (["run", "-m", "m", "--disable-tool", "shell", "hi"], "cannot disable tool 'shell'"),
+        (["config", "--config", "/nonexistent/config.yaml"], "cannot read the settings file"),
+        (["frobnicate"], "invalid choice"),
+        (["run", "-m", "m", "--no-such-flag", "hi"], "unrecognized arguments"),
+    ],
+)
+def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.e2e
+def test_run_json_reads_the_prompt_from_stdin(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
+    upstream.script(Reply(text="Forty-two.", usage=usage(800, 5)))
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
+                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--json", "--metadata", "ticket=ENG-9",
+                 "-", stdin="What is the answer?")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["text"] == "Forty-two." and data["stop_reason"] == "done"
+    assert data["usage"]["input_tokens"] == 800 and data["usage"]["requests"] == 1
+    assert isinstance(data["cost"], float) and data["requests"][0]["cost_source"] == "litellm"
+    user = [m for m in upstream.requests[0]["body"]["messages"] if m["role"] == "user"]
+    assert "What is the answer?" in json.dumps(user)
+
+
+@pytest.mark.e2e
+def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path
+) -> None:
+    stderr_file = tmp_path / "stderr.txt"
+    seen_before_end: list[bool] = []
+
+    def answer(body: dict) -> Reply:
+        # Runs while the CLI is still waiting for this answer: the tool call must be on stderr already.
+        seen_before_end.append('"type": "tool_call"' in stderr_file.read_text())
+        return Reply(text="Wrote it.")
+
+    upstream.script(Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})]),
+                    answer)
+    with stderr_file.open("w") as stderr:
+        result = subprocess.run(
+            [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
+             "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--show-events", "write", "a.txt"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
+    assert result.returncode == 0
+    assert result.stdout.strip() == "Wrote it."
+    assert seen_before_end == [True]
+    summary = stderr_file.read_text().strip().splitlines()[-1]
+    assert summary.startswith("opencode-gateway: done · 2 requests · 2,000 in / 100 out tokens · $")
+
+
+@pytest.mark.e2e
+def test_a_failed_run_exits_1_with_the_error(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
+    upstream.script(Reply(status=401, error="Invalid API key"))
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-bad",
+                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi")
+    assert result.returncode == 1
+    assert "opencode-gateway: error: " in result.stderr and "Invalid API key" in result.stderr
+
+
+def test_a_missing_binary_names_the_install_command(workdir: Path) -> None:
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--opencode-bin", "/nonexistent/opencode",
+                 "--workdir", str(workdir), "hi")
+    assert result.returncode == 1
+    assert "npm install -g opencode-ai" in result.stderr and "--opencode-bin" in result.stderr

@@ -1,0 +1,90 @@
+"""Settings come from config.yaml and flags; every mistake is one clear SettingsError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.errors import SettingsError
+from opencode_gateway.settings import Settings, load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_file_values_are_read_and_env_references_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAM_KEY", "sk-team")
+    path = write(tmp_path, "model: litellm_proxy/coder\napi_base: http://127.0.0.1:4000\n"
+                 "api_key: os.environ/TEAM_KEY\ntags: [team-a]\nmetadata: {ticket: ENG-412}\ntimeout: 60\n")
+    settings = load_settings(path)
+    assert settings.model == "litellm_proxy/coder"
+    assert settings.api_key == "sk-team"
+    assert settings.tags == ("team-a",)
+    assert dict(settings.metadata) == {"ticket": "ENG-412"}
+    assert settings.timeout == 60
+    assert settings.mode == "gateway"
+
+
+def test_flags_override_the_file_and_none_keeps_it(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "model: openai/gpt-4o-mini\npermissions: edit\n"))
+    changed = settings.replace(model="anthropic/claude-sonnet-4-5", permissions=None)
+    assert changed.model == "anthropic/claude-sonnet-4-5"
+    assert changed.permissions == "edit"
+    assert changed.mode == "sdk"
+
+
+def test_api_key_is_not_in_the_repr() -> None:
+    assert "sk-secret" not in repr(Settings(model="m", api_key="sk-secret"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("modle: x\n", "unknown setting 'modle'"),
+        ("timeout: soon\n", "timeout must be int or float, not str"),
+        ("tags: [1, 2]\n", "tags must be a list of strings"),
+        ("api_key: os.environ/NOT_SET_ANYWHERE\n", "environment variable NOT_SET_ANYWHERE is not set"),
+        ("model: [unclosed\n", "not valid YAML at line"),
+        ("- a\n- b\n", "top level must be a mapping"),
+    ],
+)
+def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError, match=message) as info:
+        load_settings(path)
+    assert str(path) in str(info.value)
+
+
+def test_missing_file_is_a_settings_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cannot read the settings file"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (Settings(), "no model given"),
+        (Settings(model="litellm_proxy/coder"), "no gateway URL is set"),
+        (Settings(model="litellm_proxy/", api_base="http://127.0.0.1:1"), "names no model group"),
+        (Settings(model="m", permissions="ask"), "cannot answer permission prompts"),
+        (Settings(model="m", permissions="yolo"), "use one of read-only, edit, full"),
+        (Settings(model="m", tags=("a,b",)), "contain no comma"),
+        (Settings(model="m", timeout=0), "timeout 0 is invalid"),
+    ],
+)
+def test_validation_refuses_what_cannot_run(settings: Settings, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LITELLM_PROXY_API_BASE", raising=False)
+    with pytest.raises(SettingsError, match=message):
+        settings.validated()
+
+
+def test_gateway_url_and_key_fall_back_to_litellm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LITELLM_PROXY_API_BASE", "http://127.0.0.1:4000")
+    monkeypatch.setenv("LITELLM_PROXY_API_KEY", "sk-virtual")
+    settings = Settings(model="litellm_proxy/coder").validated()
+    assert settings.gateway_api_base == "http://127.0.0.1:4000"
+    assert settings.gateway_api_key == "sk-virtual"
