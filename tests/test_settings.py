@@ -88,3 +88,12 @@ def test_gateway_url_and_key_fall_back_to_litellm_env(monkeypatch: pytest.Monkey
     settings = Settings(model="litellm_proxy/coder").validated()
     assert settings.gateway_api_base == "http://127.0.0.1:4000"
     assert settings.gateway_api_key == "sk-virtual"
+
+
+def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LITELLM_PROXY_API_BASE", "http://127.0.0.1:4000")
+    monkeypatch.setenv("LITELLM_PROXY_API_KEY", "sk-virtual")
+    example = Path(__file__).resolve().parent.parent / "config.example.yaml"
+    settings = load_settings(example).validated()
+    assert settings.mode == "gateway" and settings.api_key == "sk-virtual"
+    assert dict(settings.metadata) == {"ticket": "ENG-412"}
