@@ -25,12 +25,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _metadata(pairs: Sequence[str]) -> dict[str, str]:
+def _metadata(pairs: Sequence[str], flag: str = "--metadata") -> dict[str, str]:
     metadata = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SettingsError(f"--metadata {pair!r} is not KEY=VALUE (e.g. --metadata ticket=ENG-412)")
+            raise SettingsError(f"{flag} {pair!r} is not KEY=VALUE (e.g. {flag} ticket=ENG-412)")
         metadata[key.strip()] = value
     return metadata
 
@@ -48,6 +48,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         agent=getattr(args, "agent", None),
         timeout=getattr(args, "timeout", None),
         opencode_bin=getattr(args, "opencode_bin", None),
+        ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
     )
 
 
@@ -112,6 +113,16 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .accounting.report import build_report
+
+    settings = load_settings(args.config).replace(ledger=Path(args.ledger) if args.ledger else None)
+    where = list(_metadata(args.where, "--where").items())
+    report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where)
+    sys.stdout.write(report.render(args.format))
+    return 0
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
@@ -136,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit of the run (default: 1800)")
     run.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN or PATH)")
+    run.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen")
     run.add_argument("prompt", nargs="+", help="the task; - reads it from stdin")
@@ -145,6 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     _common(config)
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
+
+    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run or session")
+    report.add_argument("--by", default="ticket", metavar="KEY",
+                        help="a metadata key (default: ticket), or model, tag, day, run, session")
+    report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD, UTC) or ISO time")
+    report.add_argument("--until", metavar="DATE", help="up to this date, inclusive, or ISO time")
+    report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                        help="only runs whose metadata KEY is VALUE")
+    report.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    report.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
+    report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
+    report.set_defaults(handler=_cmd_report)
     return parser
 
 

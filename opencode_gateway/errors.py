@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigConflict",
     "GatewayError",
+    "LedgerError",
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
@@ -68,6 +69,10 @@ class UpstreamError(GatewayError):
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "status_code": self.status_code}
+
+
+class LedgerError(GatewayError):
+    """The ledger file cannot be opened, migrated or written (corrupt, locked, too new)."""
 
 
 class RunTimeout(GatewayError):

@@ -7,6 +7,7 @@ URL and a per-run token; the real keys stay in this process.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import re
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _litellm
+from .accounting.ledger import Ledger
+from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord, RunUsage, totals
 from .errors import GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, SettingsError, UpstreamError
 from .gateway.app import Endpoint, create_app
@@ -54,6 +57,11 @@ class RunResult:
     duration_s: float = 0.0
 
     @property
+    def cost_sources(self) -> dict[str, int]:
+        """How many requests were priced from each source (reported, config, litellm, unpriced, ...)."""
+        return dict(collections.Counter(r.cost.source for r in self.requests))
+
+    @property
     def ok(self) -> bool:
         return self.stop_reason == "done"
 
@@ -73,6 +81,7 @@ class RunResult:
             "mode": self.mode,
             "usage": self.usage.to_dict(),
             "cost": self.cost,
+            "cost_sources": self.cost_sources,
             "error": self.error.to_dict() if self.error else None,
             "warnings": list(self.warnings),
             "duration_s": round(self.duration_s, 3),
@@ -166,82 +175,118 @@ async def arun(
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
     binary = find_opencode(settings.opencode_bin)
-    model_name = settings.model or ""
+    ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
+    state = _RunState(settings, ledger, on_event)
+    try:
+        return await state.execute(prompt, cwd, binary, session_id, resumed_store)
+    except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
+        state.finish(session_id, "error", f"interrupted: {type(exc).__name__}")
+        raise
+    finally:
+        ledger.close()
 
-    warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load))  # overlaps OpenCode's ~3 s start
-    started = time.monotonic()
-    run_id = "run_" + uuid.uuid4().hex
-    token = secrets.token_urlsafe(32)
-    real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
-    tagging = Tagging(settings.tags, settings.metadata)
-    upstream = _upstream(settings, tagging)
-    records: list[RequestRecord] = []
-    events: list[Event] = []
-    fatal: list[RequestRecord] = []
-    process: OpenCodeProcess | None = None
 
-    def recorded(record: RequestRecord) -> None:
-        records.append(record)
+class _RunState:
+    """One run while it goes: its records and events as they arrive, and the process to stop."""
+
+    def __init__(self, settings: Settings, ledger: Ledger, on_event: Callable[[Event], None] | None) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.on_event = on_event
+        self.run_id = "run_" + uuid.uuid4().hex
+        self.records: list[RequestRecord] = []
+        self.events: list[Event] = []
+        self.fatal: RequestRecord | None = None
+        self.process: OpenCodeProcess | None = None
+        self.finished = False
+
+    def recorded(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        self.ledger.record_request(self.run_id, record)
         # The endpoint has already retried what can be retried; OpenCode would retry again for
         # minutes (or forever, after a cut stream). End the run with the error instead.
-        if not record.ok and opencode_retries(record.status_code) and not fatal:
-            fatal.append(record)
-            if process is not None:
-                process.stop()
+        if not record.ok and opencode_retries(record.status_code) and self.fatal is None:
+            self.fatal = record
+            if self.process is not None:
+                self.process.stop()
 
-    def seen(event: Event) -> None:
-        events.append(event)
-        if on_event is not None:
-            on_event(event)
+    def seen(self, event: Event) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
 
-    private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
-    try:
-        token_file = private / "token"
-        token_file.write_text(token)
-        token_file.chmod(0o600)
-        data_home = resumed_store or private / "data"
-        for sub in ("home", "config", "cache", "state"):
-            (private / sub).mkdir(mode=0o700)
-        data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        oc_config.seed_config_dir(private / "config")
-        app = create_app(Endpoint(token=token, model=model_name, upstream=upstream, on_request=recorded,
-                                  secrets=(*real_secrets, token)))
-        async with EndpointServer(app) as server:
-            config = oc_config.build_config(
-                model=model_name, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
-                permissions=settings.permissions, disable_tools=settings.disable_tools,
-                user_config=settings.opencode_config,
-            )
-            (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
-            env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
-                                      secrets=real_secrets)
-            argv = run_argv(binary, oc_config.opencode_model(model_name), settings.agent, session_id)
-            process = OpenCodeProcess(argv, env=env, cwd=cwd, prompt=prompt)
-            outcome = await process.run(seen, settings.timeout)
-        await upstream.aclose()
-        found_session = next((e.session_id for e in events if e.session_id), None) or session_id
-        if resumed_store is None and found_session and _SESSION_ID.match(found_session):
-            store = _session_store(settings, found_session)
-            store.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(data_home), store)
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        if not warm.done():
-            warm.cancel()
+    def finish(self, session_id: str | None, stop_reason: str, error: str | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        usage, cost, _ = totals(self.records)
+        self.ledger.finish_run(run_id=self.run_id, ended_at=time.time(), session_id=session_id,
+                               stop_reason=stop_reason, error=error, usage=usage, cost=cost,
+                               unpriced=sum(r.cost.usd is None for r in self.records))
 
-    usage, cost, warnings = totals(records)
-    error: GatewayError | None
-    if outcome.timed_out:
-        stop_reason = "timeout"
-        error = RunTimeout(f"the run exceeded its timeout of {settings.timeout:g} s and OpenCode was stopped")
-    else:
-        error = _run_error(events, records, outcome.exit_code, outcome.stderr_tail, fatal[0] if fatal else None)
-        stop_reason = "done" if error is None else "error"
-    return RunResult(
-        run_id=run_id, text=_final_text(events), session_id=found_session, stop_reason=stop_reason,
-        model=model_name, mode=settings.mode, usage=usage, cost=cost, requests=tuple(records),
-        events=tuple(events), error=error, warnings=warnings, duration_s=time.monotonic() - started,
-    )
+    async def execute(self, prompt: str, cwd: Path, binary: str, session_id: str | None,
+                      resumed_store: Path | None) -> RunResult:
+        settings = self.settings
+        model = settings.model or ""
+        warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load))  # overlaps OpenCode's ~3 s start
+        started = time.monotonic()
+        token = secrets.token_urlsafe(32)
+        real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
+        tagging = Tagging(settings.tags, settings.metadata)
+        upstream = _upstream(settings, tagging)
+        self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=settings.mode,
+                              workdir=str(cwd), metadata=settings.metadata, tags=tagging.all_tags,
+                              session_id=session_id)
+        private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
+        try:
+            token_file = private / "token"
+            token_file.write_text(token)
+            token_file.chmod(0o600)
+            data_home = resumed_store or private / "data"
+            for sub in ("home", "config", "cache", "state"):
+                (private / sub).mkdir(mode=0o700)
+            data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            oc_config.seed_config_dir(private / "config")
+            app = create_app(Endpoint(token=token, model=model, upstream=upstream, on_request=self.recorded,
+                                      secrets=(*real_secrets, token), pricer=Pricer(settings.pricing),
+                                      estimate_usage=settings.estimate_usage))
+            async with EndpointServer(app) as server:
+                config = oc_config.build_config(
+                    model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
+                    permissions=settings.permissions, disable_tools=settings.disable_tools,
+                    user_config=settings.opencode_config,
+                )
+                (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
+                env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
+                                          secrets=real_secrets)
+                argv = run_argv(binary, oc_config.opencode_model(model), settings.agent, session_id)
+                self.process = OpenCodeProcess(argv, env=env, cwd=cwd, prompt=prompt)
+                outcome = await self.process.run(self.seen, settings.timeout)
+            found_session = next((e.session_id for e in self.events if e.session_id), None) or session_id
+            if resumed_store is None and found_session and _SESSION_ID.match(found_session):
+                store = _session_store(settings, found_session)
+                store.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(data_home), store)
+        finally:
+            await upstream.aclose()
+            shutil.rmtree(private, ignore_errors=True)
+            if not warm.done():
+                warm.cancel()
+
+        usage, cost, warnings = totals(self.records)
+        error: GatewayError | None
+        if outcome.timed_out:
+            stop_reason = "timeout"
+            error = RunTimeout(f"the run exceeded its timeout of {settings.timeout:g} s and OpenCode was stopped")
+        else:
+            error = _run_error(self.events, self.records, outcome.exit_code, outcome.stderr_tail, self.fatal)
+            stop_reason = "done" if error is None else "error"
+        self.finish(found_session, stop_reason, str(error) if error else None)
+        return RunResult(
+            run_id=self.run_id, text=_final_text(self.events), session_id=found_session, stop_reason=stop_reason,
+            model=model, mode=settings.mode, usage=usage, cost=cost, requests=tuple(self.records),
+            events=tuple(self.events), error=error, warnings=warnings, duration_s=time.monotonic() - started,
+        )
 
 
 def run(prompt: str, **kwargs: Any) -> RunResult:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .accounting.pricing import Price
 from .errors import SettingsError
 
 __all__ = ["PERMISSION_MODES", "Settings", "check_permissions", "default_data_dir", "load_settings"]
@@ -58,6 +59,13 @@ class Settings:
     opencode_bin: str | None = None
     opencode_config: Mapping[str, Any] = field(default_factory=_frozen)
     data_dir: Path = field(default_factory=default_data_dir)
+    pricing: Mapping[str, Price] = field(default_factory=_frozen)
+    estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
+    ledger: Path | None = None  # None: <data_dir>/ledger.db
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.ledger or self.data_dir / "ledger.db"
 
     @property
     def mode(self) -> str:
@@ -67,6 +75,11 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed; `None` means "not given" and keeps the current value."""
         given = {name: value for name, value in changes.items() if value is not None}
+        if "pricing" in given:
+            given["pricing"] = _frozen({
+                model: price if isinstance(price, Price) else Price.from_setting(model, price)
+                for model, price in dict(given["pricing"]).items()
+            })
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])
@@ -118,6 +131,9 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "opencode_bin": (str,),
     "opencode_config": (dict,),
     "data_dir": (str,),
+    "pricing": (dict,),
+    "estimate_usage": (bool,),
+    "ledger": (str,),
 }
 
 
@@ -162,10 +178,15 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             continue
         value = _resolve_env(value, f"{file}: {key}")
         expected = _FILE_KEYS[key]
-        if not isinstance(value, expected) or isinstance(value, bool):
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
             names = " or ".join(t.__name__ for t in expected)
             raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
-        values[key] = Path(value).expanduser() if isinstance(value, str) and key == "data_dir" else value
+        if key == "pricing" and isinstance(value, dict):
+            try:
+                value = {model: Price.from_setting(str(model), price) for model, price in value.items()}
+            except SettingsError as exc:
+                raise SettingsError(f"{file}: {exc}") from exc
+        values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     return base.replace(**values)

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-__all__ = ["Reply", "ScriptedUpstream", "ToolCall", "usage"]
+__all__ = ["Reply", "ScriptedUpstream", "ToolCall", "anthropic_usage", "usage"]
 
 
 def usage(
@@ -55,6 +55,12 @@ def usage(
     return body
 
 
+def anthropic_usage(input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0) -> dict[str, Any]:
+    """An Anthropic Messages usage object (input_tokens excludes cache reads and writes)."""
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
+            "cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -72,6 +78,7 @@ class Reply:
     status: int = 200
     error: str = "scripted error"
     chunk_delay: float = 0.0
+    omit_usage: bool = False  # like a self-hosted server that ignores include_usage
 
 
 ReplySource = Reply | Callable[[Mapping[str, Any]], Reply]
@@ -91,6 +98,7 @@ class ScriptedUpstream:
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/messages", self._messages, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
 
@@ -147,8 +155,19 @@ class ScriptedUpstream:
         model = str(body.get("model", "scripted"))
         if not body.get("stream"):
             return JSONResponse(_completion(model, reply))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and not reply.omit_usage
         return StreamingResponse(_stream(model, reply, include_usage), media_type="text/event-stream")
+
+    async def _messages(self, request: Request) -> Response:
+        """Anthropic's Messages API, streamed as Anthropic streams it (reply.usage in its spelling)."""
+        body = await request.json()
+        self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
+        reply = self._next_reply(body)
+        if reply.status >= 400:
+            error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
+            return JSONResponse(error, status_code=reply.status)
+        return StreamingResponse(_anthropic_stream(str(body.get("model", "claude")), reply),
+                                 media_type="text/event-stream")
 
 
 def _completion(model: str, reply: Reply) -> dict[str, Any]:
@@ -205,6 +224,36 @@ async def _stream(model: str, reply: Reply, include_usage: bool) -> AsyncIterato
     if include_usage:
         yield b"data: " + json.dumps({**base, "choices": [], "usage": dict(reply.usage)}).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    usage = dict(reply.usage)
+    start_usage = {**usage, "output_tokens": 1}
+    yield event("message_start", {"message": {"id": "msg_" + uuid.uuid4().hex[:12], "type": "message",
+                                              "role": "assistant", "model": model, "content": [],
+                                              "stop_reason": None, "usage": start_usage}})
+    index = 0
+    if reply.text:
+        yield event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+        for piece in _pieces(reply.text, 3):
+            yield event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": piece}})
+        yield event("content_block_stop", {"index": index})
+        index += 1
+    for call in reply.tool_calls:
+        block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:12], "name": call.name, "input": {}}
+        yield event("content_block_start", {"index": index, "content_block": block})
+        for piece in _pieces(json.dumps(call.arguments), 3):
+            yield event("content_block_delta", {"index": index,
+                                                "delta": {"type": "input_json_delta", "partial_json": piece}})
+        yield event("content_block_stop", {"index": index})
+        index += 1
+    stop = "tool_use" if reply.tool_calls else "end_turn"
+    yield event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                                  "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+    yield event("message_stop", {})
 
 
 def main() -> None:

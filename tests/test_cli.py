@@ -29,6 +29,14 @@ def test_import_and_help_do_not_import_litellm() -> None:
     assert out.strip().endswith("NO-LITELLM")
 
 
+def test_report_does_not_import_litellm(tmp_path: Path) -> None:
+    code = ("import sys, opencode_gateway.cli as c\n"
+            f"c.main(['report', '--ledger', {str(tmp_path / 'l.db')!r}])\n"
+            "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().endswith("NO-LITELLM") and "no ledger at" in out.stderr
+
+
 def test_config_prints_the_isolated_config_without_secrets() -> None:
     result = cli("config", "-m", "openai/gpt-4o-mini", "--permissions", "read-only", "--disable-tool", "grep",
                  env={"OPENAI_API_KEY": "sk-should-not-appear"})

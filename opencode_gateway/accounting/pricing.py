@@ -1,25 +1,85 @@
 """What a request cost, and where that figure came from.
 
-A cost is never silently 0: when no source knows the price, the cost is `None` and its source is
-`unpriced`, so a report can say how much of a run it could not price.
+The sources, in order: the cost the response reports; a price set in the settings for the model
+or model group; LiteLLM's price map, given the whole usage object; else none. A cost is never a
+silent 0: without a price it is `None` and its source is `unpriced`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import _litellm
+from ..errors import SettingsError
 from .usage import Usage
 
-__all__ = ["Cost", "litellm_price", "price"]
+__all__ = ["Cost", "Price", "Pricer", "litellm_price"]
+
+# Setting name -> (Price field, divisor). LiteLLM's own per-token names, and per-million ones.
+_PRICE_KEYS: Mapping[str, tuple[str, float]] = {
+    "input_cost_per_token": ("input", 1.0),
+    "output_cost_per_token": ("output", 1.0),
+    "cache_read_input_token_cost": ("cache_read", 1.0),
+    "cache_creation_input_token_cost": ("cache_write", 1.0),
+    "output_cost_per_reasoning_token": ("reasoning", 1.0),
+    "input_cost_per_million": ("input", 1e6),
+    "output_cost_per_million": ("output", 1e6),
+    "cache_read_cost_per_million": ("cache_read", 1e6),
+    "cache_write_cost_per_million": ("cache_write", 1e6),
+    "reasoning_cost_per_million": ("reasoning", 1e6),
+}
 
 
 @dataclass(frozen=True)
 class Cost:
     usd: float | None
-    source: str  # "reported" (by the response), "litellm" (its price map), "unpriced", "failed" (refused)
+    source: str  # "reported", "config", "litellm", "unpriced", or "failed" (refused: nothing generated)
     model: str | None = None  # the model whose price was used
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per token. A kind without its own price costs what its parent kind costs: cache reads
+    and writes the input price, reasoning the output price."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+    reasoning: float | None = None
+
+    @classmethod
+    def from_setting(cls, model: str, setting: Any) -> Price:
+        where = f"pricing.{model}"
+        if not isinstance(setting, Mapping):
+            raise SettingsError(f"{where} must be a mapping of prices, e.g. {{input_cost_per_million: 0.15}}")
+        values: dict[str, float] = {}
+        for key, value in setting.items():
+            if key not in _PRICE_KEYS:
+                raise SettingsError(f"{where}: unknown price {key!r}; known prices: {', '.join(_PRICE_KEYS)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise SettingsError(f"{where}.{key} must be a number of USD >= 0, not {value!r}")
+            field, divisor = _PRICE_KEYS[key]
+            if field in values:
+                raise SettingsError(f"{where} prices {field} twice: give it per token or per million, not both")
+            values[field] = value / divisor
+        for required in ("input", "output"):
+            if required not in values:
+                raise SettingsError(f"{where} needs an {required} price ({required}_cost_per_million or "
+                                    f"{required}_cost_per_token)")
+        return cls(**values)
+
+    def cost(self, usage: Usage) -> float:
+        cache_read = self.input if self.cache_read is None else self.cache_read
+        cache_write = self.input if self.cache_write is None else self.cache_write
+        reasoning = self.output if self.reasoning is None else self.reasoning
+        uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
+        answer = max(usage.output_tokens - usage.reasoning_tokens, 0)
+        return (uncached * self.input + usage.cache_read_tokens * cache_read
+                + usage.cache_write_tokens * cache_write + answer * self.output
+                + usage.reasoning_tokens * reasoning)
 
 
 def litellm_price(model: str, usage: Usage) -> float | None:
@@ -35,25 +95,33 @@ def litellm_price(model: str, usage: Usage) -> float | None:
         cache_creation_input_tokens=usage.cache_write_tokens,
     )
     try:
-        prompt_cost, completion_cost = litellm.cost_per_token(
-            model=model, usage_object=usage_object
-        )
+        prompt_cost, completion_cost = litellm.cost_per_token(model=model, usage_object=usage_object)
     except Exception:  # litellm raises a bare Exception for a model missing from its map
         return None
     return float(prompt_cost) + float(completion_cost)
 
 
-def price(usage: Usage | None, models: Sequence[str], *, header_cost: float | None = None) -> Cost:
-    """The cost of one request: reported by the response, else LiteLLM's price for the first of
-    `models` it knows (the model that answered, then the one asked for), else unpriced."""
-    if usage is None:
-        return Cost(header_cost, "reported") if header_cost is not None else Cost(None, "unpriced")
-    if usage.reported_cost is not None:
-        return Cost(usage.reported_cost, "reported")
-    if header_cost is not None:
-        return Cost(header_cost, "reported")
-    for model in dict.fromkeys(m for m in models if m):
-        usd = litellm_price(model, usage)
-        if usd is not None:
-            return Cost(usd, "litellm", model)
-    return Cost(None, "unpriced")
+class Pricer:
+    """Prices requests with the settings' prices first, then LiteLLM's map."""
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        self.prices = dict(prices or {})
+
+    def price(self, usage: Usage | None, models: Sequence[str], *, header_cost: float | None = None) -> Cost:
+        """`models`: the names this request goes by, most specific first (the model that answered,
+        the run's model, the gateway's model group)."""
+        if usage is None:
+            return Cost(header_cost, "reported") if header_cost is not None else Cost(None, "unpriced")
+        if usage.reported_cost is not None:
+            return Cost(usage.reported_cost, "reported")
+        if header_cost is not None:
+            return Cost(header_cost, "reported")
+        names = tuple(dict.fromkeys(m for m in models if m))
+        for model in names:
+            if model in self.prices:
+                return Cost(self.prices[model].cost(usage), "config", model)
+        for model in names:
+            usd = litellm_price(model, usage)
+            if usd is not None:
+                return Cost(usd, "litellm", model)
+        return Cost(None, "unpriced")

@@ -19,13 +19,17 @@ class RequestRecord:
     upstream_model: str | None  # the model that answered, as the response named it
     status_code: int
     stream: bool
-    usage: Usage | None  # None: the upstream reported no usage at all
+    usage: Usage | None  # None: no usage reported (and none estimated)
     cost: Cost
     started_at: float  # Unix time
     duration_s: float
     ttfb_s: float | None  # time to the first byte from upstream
     attempts: int = 1  # upstream calls made for it (retries of 429/5xx before the first byte)
     error: str | None = None
+    usage_missing: bool = False  # the upstream reported no usage for an answer it gave
+    estimated: bool = False  # `usage` was estimated with litellm's token counter
+    response_id: str | None = None  # the upstream's id of the call (chatcmpl-...)
+    session_id: str | None = None  # the OpenCode session that made it (x-session-id)
 
     @property
     def ok(self) -> bool:
@@ -40,7 +44,8 @@ class RequestRecord:
             "status_code": self.status_code,
             "stream": self.stream,
             "usage": usage,
-            "usage_missing": self.usage is None,
+            "usage_missing": self.usage_missing,
+            "estimated": self.estimated,
             "cost": self.cost.usd,
             "cost_source": self.cost.source,
             "started_at": self.started_at,
@@ -48,6 +53,8 @@ class RequestRecord:
             "ttfb_s": None if self.ttfb_s is None else round(self.ttfb_s, 6),
             "attempts": self.attempts,
             "error": self.error,
+            "response_id": self.response_id,
+            "session_id": self.session_id,
         }
 
 
@@ -67,15 +74,21 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
     a partial sum would read as the whole cost."""
     records = tuple(records)
     usage = sum((r.usage for r in records if r.usage), Usage())
-    missing = [r for r in records if r.usage is None and r.ok]
+    missing = [r for r in records if r.usage_missing]
     unpriced = [r for r in records if r.cost.usd is None]
     warnings = []
     if missing:
-        warnings.append(f"{len(missing)} request(s) ended without reporting usage; their tokens are not counted")
-    for model in dict.fromkeys(r.upstream_model or r.model for r in unpriced if r.usage):
+        estimated = sum(r.estimated for r in missing)
+        if estimated:
+            warnings.append(f"{len(missing)} request(s) reported no usage; {estimated} of them estimated "
+                            "with litellm's token counter (flagged `estimated`)")
+        else:
+            warnings.append(f"{len(missing)} request(s) reported no usage: their tokens are not counted "
+                            "(set estimate_usage: true to estimate them)")
+    for model in dict.fromkeys(r.model for r in unpriced if r.usage):
         warnings.append(
-            f"no price is known for model {model}: the run's cost is null. Use a model in LiteLLM's price "
-            "map, or a gateway that reports cost"
+            f"no price is known for model {model}: its cost is null. Set one under `pricing:` in the "
+            f"settings (e.g. {model.split('/')[-1]}: {{input_cost_per_million: 0.5, output_cost_per_million: 1.5}})"
         )
     cost = None if unpriced else sum(r.cost.usd or 0.0 for r in records)
     run_usage = RunUsage(

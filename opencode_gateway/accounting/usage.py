@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["StreamUsageReader", "Usage", "usage_from_body"]
+from .. import _litellm
+
+__all__ = ["StreamUsageReader", "Usage", "estimate_usage", "usage_from_body"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -99,20 +101,40 @@ def usage_from_body(body: object) -> Usage | None:
     return None
 
 
+def estimate_usage(model: str, messages: Any, completion: str) -> Usage | None:
+    """Tokens counted with litellm's token counter, for a stream that reported none."""
+    litellm = _litellm.load()
+    try:
+        prompt = litellm.token_counter(model=model, messages=messages)
+        answer = litellm.token_counter(model=model, text=completion, count_response_tokens=True)
+    except Exception:  # the counter raises on message shapes it does not know; then there is no estimate
+        return None
+    return Usage(input_tokens=int(prompt), output_tokens=int(answer))
+
+
 class StreamUsageReader:
     """Reads an SSE byte stream, in whatever pieces it arrives, for its usage and model.
 
-    Only lines that can matter are decoded: the first chunk (for the model that answered) and
-    chunks that mention usage or an error. The last non-empty usage wins, so a usage object that
+    Only lines that can matter are decoded: the first chunk (for the model that answered and the
+    call's id) and chunks that mention usage or an error; with `collect_text`, every chunk, to keep
+    the answer's text for a token estimate. The last non-empty usage wins, so a usage object that
     arrives before the final chunk, or is repeated, is still counted once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, collect_text: bool = False) -> None:
         self._pending = b""
+        self._collect = collect_text
+        self._text: list[str] = []
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.response_id: str | None = None
         self.error: Mapping[str, Any] | None = None
         self.done = False
+
+    @property
+    def text(self) -> str:
+        """The answer's text, tool-call arguments included (only with `collect_text`)."""
+        return "".join(self._text)
 
     def feed(self, data: bytes) -> None:
         end = data.rfind(b"\n")
@@ -137,7 +159,8 @@ class StreamUsageReader:
         if payload == b"[DONE]":
             self.done = True
             return
-        if self.model is not None and b'"usage"' not in payload and b'"error"' not in payload:
+        if (self.model is not None and not self._collect and b'"usage"' not in payload
+                and b'"error"' not in payload):
             return
         try:
             event = json.loads(payload)
@@ -147,9 +170,25 @@ class StreamUsageReader:
             return
         if self.model is None and isinstance(event.get("model"), str):
             self.model = event["model"]
+            self.response_id = event.get("id") if isinstance(event.get("id"), str) else None
+        if self._collect:
+            self._collect_text(event)
         if isinstance(event.get("usage"), Mapping):
             usage = Usage.from_mapping(event["usage"])
             if not usage.is_empty or usage.reported_cost is not None:
                 self.usage = usage
         if isinstance(event.get("error"), Mapping):
             self.error = event["error"]
+
+    def _collect_text(self, event: Mapping[str, Any]) -> None:
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, Mapping) else None
+            if not isinstance(delta, Mapping):
+                continue
+            for key in ("content", "reasoning_content"):
+                if isinstance(delta.get(key), str):
+                    self._text.append(delta[key])
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping):
+                    self._text.extend(v for v in (function.get("name"), function.get("arguments")) if isinstance(v, str))

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..accounting.pricing import Cost, price
+from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
-from ..accounting.usage import StreamUsageReader, Usage, usage_from_body
+from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from .tagging import clean_body, forwarded_headers
 from .upstream import Upstream, UpstreamReply, error_body, opencode_retries
 
@@ -60,6 +60,8 @@ class Endpoint:
     on_request: Callable[[RequestRecord], None]
     secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
     retry: RetryPolicy = RetryPolicy()
+    pricer: Pricer = Pricer()
+    estimate_usage: bool = False  # estimate tokens of streams that report no usage
 
     def scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -102,7 +104,7 @@ def create_app(endpoint: Endpoint) -> Starlette:
         stream = bool(body.get("stream"))
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        call = _Call(endpoint, stream)
+        call = _Call(endpoint, stream, body, request.headers.get("x-session-id"))
         headers = forwarded_headers(request.headers)
         for attempt in range(1, endpoint.retry.attempts + 1):
             call.attempts = attempt
@@ -139,9 +141,11 @@ def create_app(endpoint: Endpoint) -> Starlette:
 class _Call:
     """One request's timing and accounting, from forwarding to its record."""
 
-    def __init__(self, endpoint: Endpoint, stream: bool) -> None:
+    def __init__(self, endpoint: Endpoint, stream: bool, body: dict[str, Any], session_id: str | None) -> None:
         self.endpoint = endpoint
         self.stream = stream
+        self.body = body
+        self.session_id = session_id
         self.request_id = uuid.uuid4().hex
         self.started_at = time.time()
         self.started = time.monotonic()
@@ -153,19 +157,29 @@ class _Call:
             self.ttfb = time.monotonic() - self.started
 
     def record(self, status: int, usage: Usage | None, cost: Cost, upstream_model: str | None,
-               error: str | None = None) -> None:
+               error: str | None = None, *, usage_missing: bool = False, estimated: bool = False,
+               response_id: str | None = None) -> None:
         record = RequestRecord(
             request_id=self.request_id, model=self.endpoint.model, upstream_model=upstream_model,
             status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
             duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
-            error=None if error is None else self.endpoint.scrub(error),
+            error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
+            estimated=estimated, response_id=response_id, session_id=self.session_id,
         )
         self.endpoint.on_request(record)
+
+    def usage_or_estimate(self, usage: Usage | None, completion: str) -> tuple[Usage | None, bool]:
+        """The reported usage, or (with estimate_usage) an estimate and True."""
+        if usage is not None or not self.endpoint.estimate_usage:
+            return usage, False
+        estimate = estimate_usage(self.endpoint.upstream.model, self.body.get("messages"), completion)
+        return estimate, estimate is not None
 
     def price(self, reply: UpstreamReply, usage: Usage | None, upstream_model: str | None) -> Cost:
         if usage is not None and not reply.reports_cost:
             usage = dataclasses.replace(usage, reported_cost=None)
-        return price(usage, [upstream_model or "", self.endpoint.model], header_cost=reply.header_cost)
+        names = [upstream_model or "", self.endpoint.model, self.endpoint.upstream.model]
+        return self.endpoint.pricer.price(usage, names, header_cost=reply.header_cost)
 
     async def failed(self, reply: UpstreamReply) -> Response:
         raw = await reply.read()
@@ -183,13 +197,16 @@ class _Call:
             data: Any = json.loads(raw)
         except ValueError:
             data = None
-        usage = usage_from_body(data)
-        model = data.get("model") if isinstance(data, dict) and isinstance(data.get("model"), str) else None
-        self.record(reply.status_code, usage, self.price(reply, usage, model), model)
+        body = data if isinstance(data, dict) else {}
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        reported = usage_from_body(data)
+        usage, estimated = self.usage_or_estimate(reported, json.dumps(body.get("choices", "")))
+        self.record(reply.status_code, usage, self.price(reply, usage, model), model, usage_missing=reported is None,
+                    estimated=estimated, response_id=body.get("id") if isinstance(body.get("id"), str) else None)
         return Response(raw, reply.status_code, media_type=reply.media_type)
 
     async def relay(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
-        reader = StreamUsageReader()
+        reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage)
         try:
             async for chunk in reply.chunks:
                 reader.feed(chunk)
@@ -203,8 +220,9 @@ class _Call:
                 if error is None and not reader.done:
                     error = "stream ended before [DONE]"
                 status = 200 if error is None else 502
-                cost = self.price(reply, reader.usage, reader.model)
-                self.record(status, reader.usage, cost, reader.model, error)
+                usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
+                self.record(status, usage, self.price(reply, usage, reader.model), reader.model, error,
+                            usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
 
 
 def _describe(error: Any) -> str:

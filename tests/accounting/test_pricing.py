@@ -1,48 +1,141 @@
-"""A request's cost and its source: reported, else LiteLLM's price, else unpriced (never 0)."""
+"""A request's cost and its source: reported, else a configured price, else LiteLLM's price map
+given the whole usage object, else unpriced (never 0)."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pytest
 
 from opencode_gateway import _litellm
-from opencode_gateway.accounting.pricing import Cost, price
-from opencode_gateway.accounting.usage import Usage
+from opencode_gateway.accounting.pricing import Cost, Price, Pricer
+from opencode_gateway.accounting.usage import StreamUsageReader, Usage
+from opencode_gateway.errors import SettingsError
+
+litellm = _litellm.load()
+
+MODELS = ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5", "gemini/gemini-2.5-flash"]
+
+# The usage shapes LiteLLM and providers send at the end of a stream.
+SHAPES: dict[str, dict[str, Any]] = {
+    "plain": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500},
+    "openai_cached": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500,
+                      "prompt_tokens_details": {"cached_tokens": 1000}},
+    "anthropic_cache_read_and_write": {"prompt_tokens": 1700, "completion_tokens": 300, "total_tokens": 2000,
+                                       "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 500,
+                                       "prompt_tokens_details": {"cached_tokens": 1000,
+                                                                 "cache_creation_tokens": 500}},
+    "reasoning": {"prompt_tokens": 1200, "completion_tokens": 900, "total_tokens": 2100,
+                  "completion_tokens_details": {"reasoning_tokens": 600}},
+}
 
 
-@pytest.fixture(scope="module")
-def gpt_4o_mini() -> dict:
-    return _litellm.load().model_cost["gpt-4o-mini"]
+def stream(usage: dict[str, Any], *, usage_first: bool = False) -> bytes:
+    text = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    carrying = {"id": "c1", "model": "m", "choices": [], "usage": usage}
+    events = [carrying, text, {**text, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}] \
+        if usage_first else [text, carrying]
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
 
-def test_cached_tokens_are_priced_at_the_cache_read_price(gpt_4o_mini: dict) -> None:
-    # 100 prompt tokens (80 cached) and 3 completion tokens: 1.08e-05 USD, not the 1.68e-05 a
-    # prompt+completion-only price gives.
-    usage = Usage.from_mapping({"prompt_tokens": 100, "completion_tokens": 3, "total_tokens": 103,
+def read(data: bytes) -> Usage | None:
+    reader = StreamUsageReader()
+    for i in range(0, len(data), 7):  # in awkward 7-byte pieces
+        reader.feed(data[i : i + 7])
+    reader.close()
+    return reader.usage
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("usage_first", [False, True], ids=["usage_last", "usage_before_final_chunk"])
+def test_cost_is_litellms_own_price_for_the_full_usage_object(model: str, shape: str, usage_first: bool) -> None:
+    usage = read(stream(SHAPES[shape], usage_first=usage_first))
+    assert usage is not None
+    prompt, completion = litellm.cost_per_token(model=model, usage_object=litellm.Usage(**SHAPES[shape]))
+    cost = Pricer().price(usage, [model])
+    assert cost.source == "litellm" and cost.model == model
+    assert cost.usd == pytest.approx(prompt + completion, rel=1e-12)
+
+
+def prices(model: str) -> dict[str, float]:
+    return litellm.model_cost[model.split("/", 1)[1]]
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "by_hand"),
+    [
+        # 100 prompt tokens (80 cached) + 3 completion: 1.08e-05, where prompt+completion pricing says 1.68e-05.
+        ("openai/gpt-4o-mini", {"prompt_tokens": 100, "completion_tokens": 3,
+                                "prompt_tokens_details": {"cached_tokens": 80}},
+         lambda p: 20 * p["input_cost_per_token"] + 80 * p["cache_read_input_token_cost"] + 3 * p["output_cost_per_token"]),
+        ("anthropic/claude-sonnet-4-5", SHAPES["anthropic_cache_read_and_write"],
+         lambda p: 200 * p["input_cost_per_token"] + 1000 * p["cache_read_input_token_cost"]
+         + 500 * p["cache_creation_input_token_cost"] + 300 * p["output_cost_per_token"]),
+        ("gemini/gemini-2.5-flash", SHAPES["openai_cached"],
+         lambda p: 200 * p["input_cost_per_token"] + 1000 * p["cache_read_input_token_cost"] + 300 * p["output_cost_per_token"]),
+    ],
+)
+def test_litellm_prices_match_the_hand_computed_figures(model: str, shape: dict, by_hand: Any) -> None:
+    cost = Pricer().price(Usage.from_mapping(shape), [model])
+    assert cost.usd == pytest.approx(by_hand(prices(model)), rel=1e-12)
+
+
+def test_the_issues_example_is_1_08e_05() -> None:
+    usage = Usage.from_mapping({"prompt_tokens": 100, "completion_tokens": 3,
                                 "prompt_tokens_details": {"cached_tokens": 80}})
-    expected = (20 * gpt_4o_mini["input_cost_per_token"] + 80 * gpt_4o_mini["cache_read_input_token_cost"]
-                + 3 * gpt_4o_mini["output_cost_per_token"])
-    cost = price(usage, ["openai/gpt-4o-mini"])
-    assert cost.source == "litellm" and cost.model == "openai/gpt-4o-mini"
-    assert cost.usd == pytest.approx(expected, abs=1e-15)
-    assert cost.usd == pytest.approx(1.08e-05, abs=1e-15)
+    assert Pricer().price(usage, ["openai/gpt-4o-mini"]).usd == pytest.approx(1.08e-05, abs=1e-15)
+
+
+def test_reported_cost_wins_over_every_price() -> None:
+    usage = read(stream({**SHAPES["plain"], "cost": 0.0042}))
+    pricer = Pricer({"gpt-4o-mini": Price(input=1.0, output=1.0)})
+    assert pricer.price(usage, ["gpt-4o-mini"]) == Cost(0.0042, "reported")
+    assert pricer.price(Usage(1000, 100), ["gpt-4o-mini"], header_cost=0.25) == Cost(0.25, "reported")
+
+
+def test_a_missing_usage_is_unpriced() -> None:
+    assert read(stream({})) is None
+    assert Pricer().price(None, ["openai/gpt-4o-mini"]) == Cost(None, "unpriced")
+
+
+def test_a_configured_price_is_used_before_litellms_and_computed_by_hand() -> None:
+    price = Price.from_setting("qwen-coder", {"input_cost_per_million": 0.4, "output_cost_per_million": 1.6,
+                                              "cache_read_cost_per_million": 0.04, "cache_write_cost_per_million": 0.5,
+                                              "reasoning_cost_per_million": 2.0})
+    usage = Usage(input_tokens=10_000, output_tokens=2_000, cache_read_tokens=6_000, cache_write_tokens=1_000,
+                  reasoning_tokens=500)
+    cost = Pricer({"qwen-coder": price}).price(usage, ["gpt-4o-mini", "litellm_proxy/qwen-coder", "qwen-coder"])
+    by_hand = (3_000 * 0.4 + 6_000 * 0.04 + 1_000 * 0.5 + 1_500 * 1.6 + 500 * 2.0) / 1e6
+    assert cost == Cost(pytest.approx(by_hand, rel=1e-12), "config", "qwen-coder")
+
+
+def test_unset_kinds_cost_their_parent_kinds_price() -> None:
+    price = Price.from_setting("m", {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6})
+    usage = Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400, reasoning_tokens=50)
+    assert price.cost(usage) == pytest.approx(1000 * 2e-6 + 100 * 8e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"input_cost_per_million": 1}, "needs an output price"),
+        ({"input_cost_per_million": 1, "output_cost_per_million": -2}, "must be a number of USD >= 0"),
+        ({"input_cost_per_million": 1, "output_cost_per_million": 2, "input_cost_per_token": 1e-6}, "prices input twice"),
+        ({"input": 1, "output": 2}, "unknown price 'input'"),
+        ("cheap", "must be a mapping of prices"),
+    ],
+)
+def test_bad_price_settings_say_what_is_wrong(setting: Any, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Price.from_setting("qwen-coder", setting)
 
 
 def test_the_first_known_model_is_priced() -> None:
-    usage = Usage(input_tokens=1000, output_tokens=100)
-    cost = price(usage, ["my-team-group", "gpt-4o-mini"])
+    cost = Pricer().price(Usage(input_tokens=1000, output_tokens=100), ["my-team-group", "gpt-4o-mini"])
     assert cost.source == "litellm" and cost.model == "gpt-4o-mini"
 
 
-def test_reported_cost_wins_over_the_price_map() -> None:
-    usage = Usage(input_tokens=1000, output_tokens=100, reported_cost=0.5)
-    assert price(usage, ["gpt-4o-mini"]) == Cost(0.5, "reported")
-    assert price(Usage(1000, 100), ["gpt-4o-mini"], header_cost=0.25) == Cost(0.25, "reported")
-
-
 def test_an_unknown_model_is_unpriced_not_free() -> None:
-    cost = price(Usage(input_tokens=1000, output_tokens=100), ["self-hosted-qwen"])
-    assert cost == Cost(None, "unpriced")
-
-
-def test_no_usage_is_unpriced() -> None:
-    assert price(None, ["gpt-4o-mini"]) == Cost(None, "unpriced")
+    assert Pricer().price(Usage(input_tokens=1000, output_tokens=100), ["self-hosted-qwen"]) == Cost(None, "unpriced")

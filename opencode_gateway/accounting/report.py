@@ -1,0 +1,136 @@
+"""Spend reports over the ledger: totals per ticket (or any metadata key), model, tag, day, run or
+session, with every token kind, the cost, and how many requests could not be priced."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import SettingsError
+from .ledger import connect
+
+__all__ = ["BUILT_IN_GROUPS", "Group", "Report", "build_report", "parse_time"]
+
+BUILT_IN_GROUPS: Mapping[str, str] = {
+    "model": "q.model",
+    "tag": "tag.value",
+    "day": "date(q.started_at, 'unixepoch')",
+    "run": "q.run_id",
+    "session": "COALESCE(r.session_id, q.session_id)",
+}
+_METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SUMS = """COUNT(DISTINCT q.run_id) AS runs, COUNT(*) AS requests,
+    SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
+    SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
+    SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
+    SUM(q.cost IS NULL) AS unpriced_requests"""
+
+
+@dataclass(frozen=True)
+class Group:
+    key: str | None
+    runs: int
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    cost: float  # of the priced requests
+    unpriced_requests: int
+
+
+@dataclass(frozen=True)
+class Report:
+    by: str
+    groups: tuple[Group, ...]
+    total: Group
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by": self.by, "groups": [asdict(g) for g in self.groups], "total": asdict(self.total)}
+
+    def render(self, fmt: str) -> str:
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2) + "\n"
+        rows = [*self.groups, self.total]
+        header = [self.by, "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning",
+                  "cost_usd", "unpriced"]
+        cells = [[("TOTAL" if g is self.total else "(none)" if g.key is None else g.key), str(g.runs),
+                  str(g.requests), str(g.input_tokens), str(g.output_tokens), str(g.cache_read_tokens),
+                  str(g.cache_write_tokens), str(g.reasoning_tokens), f"{g.cost:.6f}", str(g.unpriced_requests)]
+                 for g in rows]
+        if fmt == "csv":
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(cells)
+            return out.getvalue()
+        widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                 for row in [header, *cells]]
+        return "\n".join([*lines[:-1], "-" * len(lines[0]), lines[-1]]) + "\n"
+
+
+def parse_time(text: str, *, end_of_day: bool = False) -> float:
+    """A date (YYYY-MM-DD, UTC) or an ISO 8601 time as Unix seconds."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(f"{text!r} is not a date: use YYYY-MM-DD or an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    seconds = moment.timestamp()
+    return seconds + 86400 if end_of_day and len(text) == 10 else seconds
+
+
+def _group(row: Mapping[str, Any], key: str | None) -> Group:
+    return Group(key=key, runs=row["runs"] or 0, requests=row["requests"] or 0,
+                 input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0,
+                 cache_read_tokens=row["cache_read_tokens"] or 0, cache_write_tokens=row["cache_write_tokens"] or 0,
+                 reasoning_tokens=row["reasoning_tokens"] or 0, cost=row["cost"] or 0.0,
+                 unpriced_requests=row["unpriced_requests"] or 0)
+
+
+def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
+                 where: Sequence[tuple[str, str]] = ()) -> Report:
+    """Totals per group, most expensive first, and a total that counts each request once."""
+    if by in BUILT_IN_GROUPS:
+        key_sql, parameters = BUILT_IN_GROUPS[by], []
+    elif _METADATA_KEY.match(by):
+        key_sql, parameters = "json_extract(r.metadata, ?)", [f'$."{by}"']
+    else:
+        raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
+                            f"{', '.join(BUILT_IN_GROUPS)}")
+    conditions: list[str] = []
+    filters: list[Any] = []
+    if since:
+        conditions.append("q.started_at >= ?")
+        filters.append(parse_time(since))
+    if until:
+        conditions.append("q.started_at < ?")
+        filters.append(parse_time(until, end_of_day=True))
+    for key, value in where:
+        if not _METADATA_KEY.match(key):
+            raise SettingsError(f"--where {key!r}: metadata keys are letters, digits, _ . -")
+        conditions.append("json_extract(r.metadata, ?) = ?")
+        filters += [f'$."{key}"', value]
+    where_sql = ("WHERE " + " AND ".join(conditions)) if conditions else ""
+    source = "requests q JOIN runs r ON r.run_id = q.run_id"
+    tag_join = ", json_each(r.tags) AS tag" if by == "tag" else ""
+    connection = connect(path, migrate=False)
+    try:
+        rows = connection.execute(
+            f"SELECT {key_sql} AS grp, {_SUMS} FROM {source}{tag_join} {where_sql} GROUP BY grp "
+            "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*parameters, *filters]).fetchall()
+        total = connection.execute(f"SELECT {_SUMS} FROM {source} {where_sql}", filters).fetchone()
+    finally:
+        connection.close()
+    groups = tuple(_group(row, None if row["grp"] is None else str(row["grp"])) for row in rows)
+    return Report(by=by, groups=groups, total=_group(total, "TOTAL"))

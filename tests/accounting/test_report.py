@@ -1,0 +1,112 @@
+"""Spend reports: per ticket (or any metadata key), model, tag, day, run, session; json and csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.accounting.ledger import Ledger
+from opencode_gateway.accounting.pricing import Cost
+from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.report import build_report
+from opencode_gateway.accounting.usage import Usage
+from opencode_gateway.errors import SettingsError
+
+DAY1, DAY2 = 1_790_000_000.0, 1_790_000_000.0 + 86_400  # 2026-09-21 and -22 (UTC)
+
+
+def request(run_id: str, n: int, tokens: tuple[int, int, int], cost: float | None, *, model: str = "litellm_proxy/coder",
+            started_at: float = DAY1) -> RequestRecord:
+    usage = Usage(input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2])
+    return RequestRecord(request_id=f"{run_id}-{n}", model=model, upstream_model=None, status_code=200, stream=True,
+                         usage=usage, cost=Cost(cost, "litellm" if cost is not None else "unpriced"),
+                         started_at=started_at, duration_s=1.0, ttfb_s=0.1, session_id=f"ses_{run_id}")
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    """Four runs: ENG-1 twice (one on another model), ENG-2 once, one run without a ticket."""
+    path = tmp_path / "ledger.db"
+    ledger = Ledger(path)
+    runs = [
+        ("r1", {"ticket": "ENG-1", "team": "a"}, ("harness", "opencode", "nightly"),
+         [request("r1", 1, (1000, 100, 0), 0.010), request("r1", 2, (2000, 50, 1500), 0.005)]),
+        ("r2", {"ticket": "ENG-1", "team": "b"}, ("harness", "opencode"),
+         [request("r2", 1, (500, 10, 0), 0.002, model="openai/gpt-4o-mini", started_at=DAY2)]),
+        ("r3", {"ticket": "ENG-2", "team": "a"}, ("harness", "opencode", "nightly"),
+         [request("r3", 1, (4000, 400, 0), 0.050), request("r3", 2, (100, 1, 0), None)]),
+        ("r4", {}, ("harness", "opencode"), [request("r4", 1, (10, 1, 0), 0.0001, started_at=DAY2)]),
+    ]
+    for run_id, metadata, tags, records in runs:
+        ledger.start_run(run_id=run_id, started_at=DAY1, model="litellm_proxy/coder", mode="gateway", workdir="/w",
+                         metadata=metadata, tags=tags, session_id=None)
+        for r in records:
+            ledger.record_request(run_id, r)
+    ledger.close()
+    return path
+
+
+def test_by_ticket_sums_each_ticket_most_expensive_first(ledger_path: Path) -> None:
+    report = build_report(ledger_path, by="ticket")
+    rows = {g.key: g for g in report.groups}
+    assert [g.key for g in report.groups] == ["ENG-2", "ENG-1", None]
+    eng1 = rows["ENG-1"]
+    assert (eng1.runs, eng1.requests, eng1.input_tokens, eng1.output_tokens, eng1.cache_read_tokens) == (
+        2, 3, 3500, 160, 1500)
+    assert eng1.cost == pytest.approx(0.017) and eng1.unpriced_requests == 0
+    assert rows["ENG-2"].cost == pytest.approx(0.050) and rows["ENG-2"].unpriced_requests == 1
+    total = report.total
+    assert (total.runs, total.requests, total.input_tokens) == (4, 6, 7610)
+    assert total.cost == pytest.approx(0.0671) and total.unpriced_requests == 1
+
+
+def test_json_and_csv_carry_the_same_sums(ledger_path: Path) -> None:
+    report = build_report(ledger_path, by="ticket")
+    data = json.loads(report.render("json"))
+    assert data["by"] == "ticket"
+    assert [(g["key"], g["requests"]) for g in data["groups"]] == [("ENG-2", 2), ("ENG-1", 3), (None, 1)]
+    assert data["total"]["cost"] == pytest.approx(0.0671)
+    rows = list(csv.DictReader(io.StringIO(report.render("csv"))))
+    assert [r["ticket"] for r in rows] == ["ENG-2", "ENG-1", "(none)", "TOTAL"]
+    assert rows[1]["input"] == "3500" and rows[1]["cost_usd"] == "0.017000"
+    assert rows[-1]["runs"] == "4" and rows[-1]["unpriced"] == "1"
+
+
+def test_the_table_has_a_total_line(ledger_path: Path) -> None:
+    table = build_report(ledger_path, by="ticket").render("table").splitlines()
+    assert table[0].split()[:3] == ["ticket", "runs", "requests"]
+    assert table[-1].split()[0] == "TOTAL" and table[-2].startswith("---")
+
+
+def test_any_metadata_key_model_tag_day_run_session(ledger_path: Path) -> None:
+    assert {g.key: g.requests for g in build_report(ledger_path, by="team").groups} == {"a": 4, "b": 1, None: 1}
+    assert {g.key: g.requests for g in build_report(ledger_path, by="model").groups} == {
+        "litellm_proxy/coder": 5, "openai/gpt-4o-mini": 1}
+    by_tag = build_report(ledger_path, by="tag")
+    assert {g.key: g.requests for g in by_tag.groups} == {"harness": 6, "opencode": 6, "nightly": 4}
+    assert by_tag.total.requests == 6  # a request is counted once in the total, whatever its tags
+    assert {g.key: g.requests for g in build_report(ledger_path, by="day").groups} == {
+        "2026-09-21": 4, "2026-09-22": 2}
+    assert {g.key for g in build_report(ledger_path, by="run").groups} == {"r1", "r2", "r3", "r4"}
+    assert {g.key for g in build_report(ledger_path, by="session").groups} == {"ses_r1", "ses_r2", "ses_r3", "ses_r4"}
+
+
+def test_filters_by_time_and_metadata(ledger_path: Path) -> None:
+    assert build_report(ledger_path, by="ticket", since="2026-09-22").total.requests == 2
+    assert build_report(ledger_path, by="ticket", until="2026-09-21").total.requests == 4
+    only_a = build_report(ledger_path, by="ticket", where=[("team", "a")])
+    assert {g.key: g.requests for g in only_a.groups} == {"ENG-2": 2, "ENG-1": 2}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"by": "ticket; DROP TABLE runs"}, "cannot group by"),
+    ({"since": "last tuesday"}, "is not a date"),
+    ({"where": [("bad key", "x")]}, "metadata keys are"),
+])
+def test_bad_report_arguments_are_settings_errors(ledger_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        build_report(ledger_path, **kwargs)
