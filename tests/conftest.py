@@ -22,11 +22,15 @@ from scripted_upstream import ScriptedUpstream  # noqa: E402
 SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
 
 
-@pytest.fixture(scope="session")
-def _upstream_server() -> Iterator[ScriptedUpstream]:
+def _serve() -> Iterator[ScriptedUpstream]:
     server = ScriptedUpstream().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def _upstream_server() -> Iterator[ScriptedUpstream]:
+    yield from _serve()
 
 
 @pytest.fixture
@@ -38,9 +42,7 @@ def upstream(_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
 
 @pytest.fixture(scope="session")
 def _second_server() -> Iterator[ScriptedUpstream]:
-    server = ScriptedUpstream().start()
-    yield server
-    server.stop()
+    yield from _serve()
 
 
 @pytest.fixture
