@@ -114,13 +114,26 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config).replace(ledger=Path(args.ledger) if args.ledger else None)
+    if args.reconcile:
+        return _reconcile(args, settings)
     from .accounting.report import build_report
 
-    settings = load_settings(args.config).replace(ledger=Path(args.ledger) if args.ledger else None)
     where = list(_metadata(args.where, "--where").items())
     report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where)
     sys.stdout.write(report.render(args.format))
     return 0
+
+
+def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
+    from .gateway.reconcile import reconcile, render
+
+    base, key = args.api_base or settings.gateway_api_base, args.api_key or settings.gateway_api_key
+    if not base or not key:
+        raise SettingsError("--reconcile needs the gateway: --api-base URL and --api-key KEY (an admin key)")
+    lines = reconcile(settings.ledger_path, base, key, run_id=args.run, since=args.since, wait=args.wait)
+    sys.stdout.write(render(lines, "json" if args.format == "json" else "table"))
+    return 0 if lines and all(line.status == "ok" for line in lines) else 1
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -168,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("table", "json", "csv"), default="table")
     report.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
+    report.add_argument("--reconcile", action="store_true",
+                        help="compare each request's cost with the gateway's spend log (exit 1 on any difference)")
+    report.add_argument("--api-base", metavar="URL", help="with --reconcile: the gateway URL")
+    report.add_argument("--api-key", metavar="KEY", help="with --reconcile: an admin key of the gateway")
+    report.add_argument("--run", metavar="ID", help="with --reconcile: the run to check")
+    report.add_argument("--wait", type=float, default=15.0, metavar="S",
+                        help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)")
     report.set_defaults(handler=_cmd_report)
     return parser
 

@@ -12,6 +12,7 @@ __all__ = [
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
+    "PreflightError",
     "RunTimeout",
     "SettingsError",
     "UpstreamError",
@@ -27,6 +28,10 @@ class GatewayError(Exception):
 
 class SettingsError(GatewayError):
     """A flag, a config.yaml value or an argument is invalid (CLI exit code 2)."""
+
+
+class PreflightError(SettingsError):
+    """The gateway is unreachable, refuses the key, or the key may not use the model group."""
 
 
 class ConfigConflict(SettingsError):

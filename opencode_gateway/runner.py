@@ -27,9 +27,10 @@ from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord, RunUsage, totals
 from .errors import GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, SettingsError, UpstreamError
 from .gateway.app import Endpoint, create_app
+from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
-from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream, opencode_retries
+from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream, gateway_base, opencode_retries
 from .opencode import config as oc_config
 from .opencode.events import Error, Event, StepStart, Text
 from .opencode.process import OpenCodeProcess, find_opencode, run_argv
@@ -102,12 +103,14 @@ def _final_text(events: Sequence[Event]) -> str:
     return next(("".join(texts) for texts in reversed(steps) if texts), "")
 
 
+def _group(settings: Settings) -> str:
+    return (settings.model or "")[len(GATEWAY_PREFIX):]
+
+
 def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
-    model = settings.model or ""
     if settings.mode == "gateway":
-        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):],
-                             settings.gateway_api_key, tagging)
-    return SdkUpstream(model, settings.api_base, settings.api_key, tagging)
+        return ProxyUpstream(gateway_base(settings.gateway_api_base or ""), _group(settings), settings.gateway_api_key, tagging)
+    return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging)
 
 
 def _session_store(settings: Settings, session_id: str) -> Path:
@@ -175,6 +178,8 @@ async def arun(
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
     binary = find_opencode(settings.opencode_bin)
+    if settings.mode == "gateway":
+        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key, _group(settings))
     ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
     state = _RunState(settings, ledger, on_event)
     try:
@@ -232,7 +237,8 @@ class _RunState:
         started = time.monotonic()
         token = secrets.token_urlsafe(32)
         real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
-        tagging = Tagging(settings.tags, settings.metadata)
+        tagging = Tagging(settings.tags, settings.metadata, session_id=self.run_id,
+                          tag_metadata_keys=settings.tag_metadata_keys)
         upstream = _upstream(settings, tagging)
         self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=settings.mode,
                               workdir=str(cwd), metadata=settings.metadata, tags=tagging.all_tags,

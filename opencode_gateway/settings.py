@@ -61,6 +61,7 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     pricing: Mapping[str, Price] = field(default_factory=_frozen)
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
+    tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
     ledger: Path | None = None  # None: <data_dir>/ledger.db
 
     @property
@@ -83,7 +84,7 @@ class Settings:
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])
-        for name in ("tags", "disable_tools"):
+        for name in ("tags", "disable_tools", "tag_metadata_keys"):
             if name in given:
                 given[name] = tuple(given[name])
         return dataclasses.replace(self, **given)
@@ -104,6 +105,10 @@ class Settings:
         for tag in self.tags:
             if not tag or "," in tag or tag != tag.strip():
                 raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty and contain no comma or edge spaces")
+        for key in self.tag_metadata_keys:
+            if "," in str(self.metadata.get(key, "")):
+                raise SettingsError(f"metadata {key}={self.metadata[key]!r} contains a comma, but {key} is also "
+                                    "sent as a tag (tag_metadata_keys): remove the comma")
         if self.timeout <= 0:
             raise SettingsError(f"timeout {self.timeout} is invalid: give a number of seconds above 0")
         return self
@@ -133,6 +138,7 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "data_dir": (str,),
     "pricing": (dict,),
     "estimate_usage": (bool,),
+    "tag_metadata_keys": (list,),
     "ledger": (str,),
 }
 

@@ -143,7 +143,9 @@ class ScriptedUpstream:
         return source(body) if callable(source) else source
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        # It answers whatever model it is asked for, so it lists none (a gateway preflight then
+        # has nothing to check against).
+        return JSONResponse({"object": "list", "data": []})
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()

@@ -29,7 +29,7 @@ from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from .tagging import clean_body, forwarded_headers
-from .upstream import Upstream, UpstreamReply, error_body, opencode_retries
+from .upstream import Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
 __all__ = ["Endpoint", "RetryPolicy", "create_app"]
 
@@ -110,6 +110,8 @@ def create_app(endpoint: Endpoint) -> Starlette:
             call.attempts = attempt
             reply = await endpoint.upstream.send(body, headers)
             if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
+                break
+            if is_budget_error(await reply.read()):
                 break
             await reply.aclose()
             delay = endpoint.retry.delay(attempt, reply.retry_after)

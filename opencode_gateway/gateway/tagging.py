@@ -35,20 +35,29 @@ _SPOOFABLE_FIELDS = frozenset(
 
 @dataclass(frozen=True)
 class Tagging:
-    """The tags and spend metadata of one run, in the two forms LiteLLM reads them."""
+    """The tags, spend metadata and session of one run, in the forms LiteLLM reads them.
+
+    The gateway can total spend per tag but not per metadata key, so the values of
+    `tag_metadata_keys` (default: ticket) are also sent as tags, `ticket:ENG-412`.
+    """
 
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    session_id: str | None = None  # groups the run's rows in the gateway's spend log
+    tag_metadata_keys: tuple[str, ...] = ("ticket",)
 
     @property
     def all_tags(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*HARNESS_TAGS, *self.tags)))
+        from_metadata = (f"{key}:{self.metadata[key]}" for key in self.tag_metadata_keys if key in self.metadata)
+        return tuple(dict.fromkeys((*HARNESS_TAGS, *self.tags, *from_metadata)))
 
     def headers(self) -> dict[str, str]:
         """Headers for a LiteLLM gateway (proxy)."""
         headers = {"x-litellm-tags": ",".join(self.all_tags)}
         if self.metadata:
             headers["x-litellm-spend-logs-metadata"] = json.dumps(dict(self.metadata), separators=(",", ":"))
+        if self.session_id:
+            headers["x-litellm-session-id"] = self.session_id
         return headers
 
     def sdk_metadata(self) -> dict[str, Any]:

@@ -15,16 +15,28 @@ import httpx
 from .. import _litellm
 from .tagging import Tagging
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body", "opencode_retries"]
+__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body", "gateway_base",
+           "is_budget_error", "opencode_retries"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
 COST_HEADER = "x-litellm-response-cost"
 
 
+def gateway_base(api_base: str) -> str:
+    """A gateway URL as users write it (with or without /v1, a trailing slash), without /v1."""
+    base = api_base.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
 def opencode_retries(status_code: int) -> bool:
     """Whether OpenCode retries this status by itself (6 attempts over ~70 s for a 500)."""
     return status_code in (408, 409, 429) or status_code >= 500
+
+
+def is_budget_error(body: bytes) -> bool:
+    """A gateway's spent budget (key, team, user or tag): no retry can succeed."""
+    return b"budget" in body.lower()
 
 
 def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
@@ -62,6 +74,7 @@ class UpstreamReply:
         self.reports_cost = reports_cost
         self.retry_after = retry_after  # seconds the upstream asked us to wait before a retry
         self._response = response
+        self._body: bytes | None = None
 
     @classmethod
     def error(cls, message: str, status_code: int) -> UpstreamReply:
@@ -72,7 +85,10 @@ class UpstreamReply:
         return self.media_type.startswith(SSE)
 
     async def read(self) -> bytes:
-        return b"".join([chunk async for chunk in self.chunks])
+        """The whole body (read once; later calls return the same bytes)."""
+        if self._body is None:
+            self._body = b"".join([chunk async for chunk in self.chunks])
+        return self._body
 
     async def aclose(self) -> None:
         if self._response is not None:
@@ -114,8 +130,7 @@ class ProxyUpstream:
         *,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        base = api_base.rstrip("/")
-        self.url = (base[: -len("/v1")] if base.endswith("/v1") else base) + "/v1/chat/completions"
+        self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._tagging = tagging

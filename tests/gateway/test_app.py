@@ -4,6 +4,7 @@ what gets recorded."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -66,7 +67,7 @@ async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, 
     assert response.status_code == 200
     sent = route.calls.last.request
     assert sent.headers["authorization"] == f"Bearer {VIRTUAL_KEY}"
-    assert sent.headers["x-litellm-tags"] == "harness,opencode,team-a"
+    assert sent.headers["x-litellm-tags"] == "harness,opencode,team-a,ticket:ENG-412"
     assert json.loads(sent.headers["x-litellm-spend-logs-metadata"]) == {"ticket": "ENG-412"}
     assert "x-api-key" not in sent.headers
     assert sent.headers["x-session-id"] == "ses_abc"
@@ -165,3 +166,42 @@ async def test_unknown_path_and_wrong_method_are_openai_shaped(client: httpx.Asy
 def test_gateway_url_accepts_a_base_with_or_without_v1() -> None:
     for base in ("http://gw:4000", "http://gw:4000/", "http://gw:4000/v1", "http://gw:4000/v1/"):
         assert ProxyUpstream(base, "g", None, Tagging()).url == "http://gw:4000/v1/chat/completions"
+
+
+def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
+    tagging = Tagging(("nightly",), {"ticket": "ENG-412", "team": "a"}, session_id="run_1")
+    headers = tagging.headers()
+    assert headers["x-litellm-tags"] == "harness,opencode,nightly,ticket:ENG-412"
+    assert headers["x-litellm-session-id"] == "run_1"
+    wider = Tagging((), {"ticket": "ENG-412", "team": "a"}, tag_metadata_keys=("ticket", "team"))
+    assert wider.all_tags == ("harness", "opencode", "ticket:ENG-412", "team:a")
+    assert wider.sdk_metadata()["tags"] == ["harness", "opencode", "ticket:ENG-412", "team:a"]
+
+
+@respx.mock
+async def test_a_budget_error_is_not_retried(records: list[RequestRecord]) -> None:
+    route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+        429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging())
+    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
+        response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
+    assert response.status_code == 429 and route.call_count == 1
+    assert "Budget has been exceeded" in response.json()["error"]["message"]
+
+
+@respx.mock
+async def test_a_429_is_retried_honouring_retry_after(records: list[RequestRecord]) -> None:
+    route = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
+        httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
+        httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
+    ])
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging())
+    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
+        started = time.monotonic()
+        response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
+        waited = time.monotonic() - started
+    assert response.status_code == 200 and route.call_count == 2
+    assert waited >= 0.2
+    assert records[0].attempts == 2 and records[0].ok

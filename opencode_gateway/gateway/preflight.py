@@ -1,0 +1,67 @@
+"""Before OpenCode starts, in gateway mode: does the gateway answer, and may the key use the group?
+
+A run that cannot succeed should fail in a second with a message that names the fix, not after
+OpenCode has started and retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ..errors import PreflightError
+
+__all__ = ["check_gateway"]
+
+_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return response.text[:300]
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error or response.text[:300])
+
+
+async def check_gateway(base_url: str, api_key: str | None, group: str, *,
+                        client: httpx.AsyncClient | None = None) -> None:
+    """Raise PreflightError unless the gateway at `base_url` answers and lets the key use `group`."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    owned = client is None
+    client = client or httpx.AsyncClient(timeout=_TIMEOUT)
+    try:
+        try:
+            response = await client.get(f"{base_url}/v1/models", headers=headers)
+        except httpx.HTTPError as exc:
+            raise PreflightError(f"cannot reach the LiteLLM gateway at {base_url} ({type(exc).__name__}): "
+                                 "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?") from None
+        if response.status_code in (401, 403):
+            raise PreflightError(f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
+                                 f"{_message(response)}): check --api-key / LITELLM_PROXY_API_KEY")
+        if response.status_code != 200:
+            raise PreflightError(f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
+                                 f"{response.status_code}: {_message(response)}")
+        allowed = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
+        if group in allowed or not allowed or any("*" in name for name in allowed):
+            return
+        info = await _key_info(client, base_url, headers)
+        alias = f" {info['key_alias']!r}" if info.get("key_alias") else ""
+        raise PreflightError(f"the key{alias} may not use model group {group!r} on {base_url}; "
+                             f"it may use: {', '.join(sorted(allowed))}")
+    finally:
+        if owned:
+            await client.aclose()
+
+
+async def _key_info(client: httpx.AsyncClient, base_url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The key's own /key/info (alias, models), where the gateway allows it; {} otherwise."""
+    try:
+        response = await client.get(f"{base_url}/key/info", headers=headers)
+        info = response.json().get("info") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return {}
+    return info if isinstance(info, dict) else {}

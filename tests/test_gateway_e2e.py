@@ -1,0 +1,202 @@
+"""Team runs through a real LiteLLM proxy (litellm[proxy], real PostgreSQL): virtual keys, tags,
+spend logs. The chain is real OpenCode -> our endpoint -> the real proxy -> the scripted model.
+
+If Postgres or the proxy cannot start, these tests fail with the reason: no silent skip."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from litellm_proxy import LiteLLMProxy, ProxyError, groups
+from opencode_gateway import arun, run
+from opencode_gateway.errors import PreflightError, UpstreamError
+from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.server import EndpointServer
+from opencode_gateway.gateway.tagging import Tagging
+from opencode_gateway.gateway.upstream import ProxyUpstream
+from opencode_gateway.settings import Settings
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+
+@pytest.fixture(scope="session")
+def proxy(_upstream_server: ScriptedUpstream) -> Iterator[LiteLLMProxy]:
+    try:
+        with LiteLLMProxy(groups(_upstream_server.url)) as started:
+            yield started
+    except ProxyError as exc:
+        pytest.fail(f"the real LiteLLM proxy could not start: {exc}")
+
+
+def new_key(proxy: LiteLLMProxy, **body: Any) -> str:
+    status, key = proxy.call("POST", "/key/generate", body)
+    assert status == 200, key
+    return str(key["key"])
+
+
+def spend_rows(proxy: LiteLLMProxy, session_id: str, expected: int, timeout: float = 40) -> list[dict[str, Any]]:
+    """The gateway writes spend logs in batches: poll (bounded) until the rows are there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = proxy.call("GET", f"/spend/logs/v2?session_id={session_id}&start_date=2020-01-01%2000:00:00"
+                                  "&end_date=2100-01-01%2000:00:00&page_size=100")
+        assert status == 200, body
+        rows = [r for r in body["data"] if r["session_id"] == session_id]
+        if len(rows) >= expected or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
+    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db")
+
+
+def gateway_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "opencode_gateway", *args], capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = new_key(proxy, models=["team-a"], key_alias="alias-a")
+    upstream.script(
+        Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.py"), "content": "x = 1\n"})],
+              usage=usage(12_000, 80, cached=9_000)),
+        Reply(text="Done.", usage=usage(12_400, 12, cached=11_500)),
+    )
+    shown: list[str] = []
+    caplog.set_level(logging.DEBUG)
+    result = run("Write a.py", model="litellm_proxy/team-a", api_base=proxy.url, api_key=key,
+                 metadata={"ticket": "ENG-412"}, workdir=workdir, settings=settings,
+                 on_event=lambda e: shown.append(json.dumps(e.to_dict())))
+    assert result.ok, result.error
+    assert (workdir / "a.py").exists()
+    assert result.cost_sources == {"reported": 2}  # the proxy's usage.cost in the stream
+    rows = spend_rows(proxy, result.run_id, expected=2)
+    assert len(rows) == 2
+    ledger = sqlite3.connect(settings.ledger_path)
+    ours = dict(ledger.execute("SELECT response_id, cost FROM requests WHERE run_id = ?", (result.run_id,)).fetchall())
+    for row in rows:
+        assert {"harness", "opencode", "ticket:ENG-412"} <= set(row["request_tags"])
+        assert row["metadata"]["spend_logs_metadata"] == {"ticket": "ENG-412"}
+        assert row["session_id"] == result.run_id
+        assert row["spend"] == pytest.approx(ours[row["request_id"]], abs=1e-9)
+    # The virtual key is in no log line and no event.
+    assert key not in "\n".join(r.getMessage() for r in caplog.records) + "\n".join(shown)
+
+    reconciled = gateway_cli("report", "--reconcile", "--api-base", proxy.url, "--api-key", proxy.master_key,
+                             "--run", result.run_id, "--ledger", str(settings.ledger_path))
+    assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
+    assert reconciled.stdout.count(" ok") == 2 and "2 request(s), 0 not matching" in reconciled.stdout
+    ledger.execute("UPDATE requests SET cost = cost + 1e-6 WHERE run_id = ?", (result.run_id,))
+    ledger.commit()
+    tampered = gateway_cli("report", "--reconcile", "--api-base", proxy.url, "--api-key", proxy.master_key,
+                           "--run", result.run_id, "--ledger", str(settings.ledger_path), "--format", "json")
+    assert tampered.returncode == 1
+    assert {line["status"] for line in json.loads(tampered.stdout)} == {"differs"}
+
+
+def test_a_key_that_may_not_use_the_group_fails_before_opencode_starts(
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str
+) -> None:
+    key = new_key(proxy, models=["team-a"], key_alias="alias-scoped")
+    started = time.monotonic()
+    result = gateway_cli("run", "-m", "litellm_proxy/team-b", "--api-base", proxy.url, "--api-key", key,
+                         "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi")
+    assert result.returncode == 2
+    message = result.stderr.strip()
+    assert "model group 'team-b'" in message and "'alias-scoped'" in message and "may use: team-a" in message
+    assert key not in message
+    assert upstream.requests == []  # OpenCode never started, nothing was sent
+    assert time.monotonic() - started < 30
+
+
+def test_an_invalid_key_is_a_clear_error_with_exit_2(proxy: LiteLLMProxy, workdir: Path, opencode_bin: str) -> None:
+    result = gateway_cli("run", "-m", "litellm_proxy/team-a", "--api-base", proxy.url, "--api-key", "sk-not-a-key",
+                         "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi")
+    assert result.returncode == 2
+    assert "refused the key (HTTP 401" in result.stderr and "--api-key" in result.stderr
+
+
+def test_an_unreachable_gateway_is_named_within_seconds(workdir: Path, opencode_bin: str) -> None:
+    started = time.monotonic()
+    result = gateway_cli("run", "-m", "litellm_proxy/team-a", "--api-base", "http://127.0.0.1:9", "--api-key", "sk-x",
+                         "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi")
+    assert result.returncode == 2 and "cannot reach the LiteLLM gateway at http://127.0.0.1:9" in result.stderr
+    assert time.monotonic() - started < 15
+
+
+def test_a_spent_budget_ends_the_run_promptly(proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path,
+                                              settings: Settings) -> None:
+    key = new_key(proxy, models=["team-a"], max_budget=0.001)
+    upstream.script(Reply(text="expensive", usage=usage(2_000_000, 10)))  # 2 USD at team-a's price
+    spent = httpx.post(f"{proxy.url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                       json={"model": "team-a", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert spent.status_code == 200
+    deadline = time.monotonic() + 40
+    while proxy.call("GET", "/key/info", key=key)[1]["info"]["spend"] < 0.001 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    upstream.script(Reply(text="never"))
+    started = time.monotonic()
+    try:
+        result = run("Hi", model="litellm_proxy/team-a", api_base=proxy.url, api_key=key, workdir=workdir,
+                     settings=settings)
+    except PreflightError as exc:  # the gateway may already refuse the key's model list
+        assert "budget" in str(exc).lower()
+    else:
+        assert result.stop_reason == "error"
+        assert isinstance(result.error, UpstreamError) and result.error.status_code == 422
+        assert "budget" in str(result.error).lower()
+    assert time.monotonic() - started < 30
+    assert upstream.requests == []
+
+
+async def test_spoofed_tags_and_metadata_never_reach_the_spend_log(proxy: LiteLLMProxy,
+                                                                   upstream: ScriptedUpstream) -> None:
+    key = new_key(proxy, models=["team-a"])
+    session = "run_spoof_test"
+    upstream_ = ProxyUpstream(proxy.url, "team-a", key, Tagging(("ours",), {"ticket": "ENG-1"}, session_id=session))
+    endpoint = Endpoint(token="run-token", model="litellm_proxy/team-a", upstream=upstream_,
+                        on_request=lambda record: None, secrets=(key,))
+    upstream.script(Reply(text="a"), Reply(text="b"))
+    async with EndpointServer(create_app(endpoint)) as server, httpx.AsyncClient(timeout=60) as client:
+        headers = {"authorization": "Bearer run-token", "x-litellm-tags": "free-lunch",
+                   "x-litellm-spend-logs-metadata": '{"ticket": "SOMEONE-ELSE"}', "x-litellm-session-id": "other"}
+        for body in ({"metadata": {"tags": ["free-lunch"], "spend_logs_metadata": {"ticket": "SOMEONE-ELSE"}}},
+                     {"tags": ["free-lunch"], "user": "mallory", "litellm_metadata": {"tags": ["free-lunch"]}}):
+            response = await client.post(f"{server.url}/v1/chat/completions", headers=headers, json={
+                "model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}], **body})
+            assert response.status_code == 200
+    await upstream_.aclose()
+    rows = spend_rows(proxy, session, expected=2)
+    assert len(rows) == 2
+    for row in rows:
+        assert "free-lunch" not in row["request_tags"] and "ours" in row["request_tags"]
+        assert row["metadata"]["spend_logs_metadata"] == {"ticket": "ENG-1"}
+        assert row["user"] in ("", None)
+    assert spend_rows(proxy, "other", expected=0, timeout=0) == []
+
+
+async def test_arun_works_in_gateway_mode_too(proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path,
+                                              settings: Settings) -> None:
+    key = new_key(proxy, models=["team-b"])
+    upstream.script(Reply(text="async ok", usage=usage(1000, 10)))
+    result = await arun("Hi", model="litellm_proxy/team-b", api_base=proxy.url, api_key=key, workdir=workdir,
+                        settings=settings)
+    assert result.ok and result.text == "async ok"
+    assert result.cost == pytest.approx(1000 * 3e-06 + 10 * 1.5e-05, rel=1e-9)  # team-b's prices, reported
