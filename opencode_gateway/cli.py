@@ -1,7 +1,7 @@
 """The `opencode-gateway` command. A thin layer: every behaviour lives in the Python API.
 
-Exit codes: 0 the run finished; 1 the run failed (error or timeout); 2 bad flags or settings;
-130 interrupted.
+Exit codes: 0 the run finished; 1 the run failed (error, timeout, budget exceeded); 2 bad flags
+or settings; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         timeout=getattr(args, "timeout", None),
         opencode_bin=getattr(args, "opencode_bin", None),
         ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
+        max_cost=getattr(args, "max_cost", None),
+        max_requests=getattr(args, "max_requests", None),
+        max_tokens=getattr(args, "max_tokens", None),
     )
 
 
@@ -160,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit of the run (default: 1800)")
     run.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN or PATH)")
+    run.add_argument("--max-cost", type=float, metavar="USD", help="stop the run before it spends more")
+    run.add_argument("--max-requests", type=int, metavar="N", help="stop the run after N upstream calls")
+    run.add_argument("--max-tokens", type=int, metavar="N", help="stop the run after N input+output tokens")
     run.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen")

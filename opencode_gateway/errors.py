@@ -6,6 +6,7 @@ Every message says what was wrong and what to do about it; the CLI prints it as 
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExceeded",
     "ConfigConflict",
     "GatewayError",
     "LedgerError",
@@ -78,6 +79,10 @@ class UpstreamError(GatewayError):
 
 class LedgerError(GatewayError):
     """The ledger file cannot be opened, migrated or written (corrupt, locked, too new)."""
+
+
+class BudgetExceeded(GatewayError):
+    """The run reached one of its limits (max_cost, max_requests, max_tokens) and was stopped."""
 
 
 class RunTimeout(GatewayError):

@@ -25,8 +25,17 @@ from . import _litellm
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord, RunUsage, totals
-from .errors import GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, SettingsError, UpstreamError
-from .gateway.app import Endpoint, create_app
+from .errors import (
+    BudgetExceeded,
+    GatewayError,
+    OpenCodeError,
+    OpenCodeFailed,
+    RunTimeout,
+    SettingsError,
+    UpstreamError,
+)
+from .events import RequestFinished, UpstreamRetry
+from .gateway.app import Endpoint, Timeouts, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
@@ -46,7 +55,7 @@ class RunResult:
     run_id: str
     text: str  # the final answer: the text of the last step that produced text
     session_id: str | None
-    stop_reason: str  # "done", "error" or "timeout"
+    stop_reason: str  # "done", "error", "timeout" or "budget_exceeded"
     model: str
     mode: str  # "sdk" or "gateway"
     usage: RunUsage
@@ -109,7 +118,8 @@ def _group(settings: Settings) -> str:
 
 def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
     if settings.mode == "gateway":
-        return ProxyUpstream(gateway_base(settings.gateway_api_base or ""), _group(settings), settings.gateway_api_key, tagging)
+        return ProxyUpstream(gateway_base(settings.gateway_api_base or ""), _group(settings), settings.gateway_api_key,
+                             tagging, connect_timeout=settings.connect_timeout)
     return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging)
 
 
@@ -185,7 +195,7 @@ async def arun(
     try:
         return await state.execute(prompt, cwd, binary, session_id, resumed_store)
     except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
-        state.finish(session_id, "error", f"interrupted: {type(exc).__name__}")
+        state.finish(session_id, "interrupted", type(exc).__name__)
         raise
     finally:
         ledger.close()
@@ -201,19 +211,34 @@ class _RunState:
         self.run_id = "run_" + uuid.uuid4().hex
         self.records: list[RequestRecord] = []
         self.events: list[Event] = []
-        self.fatal: RequestRecord | None = None
+        self.fatal: RequestRecord | None = None  # the failure, or the refusal, that ended the run
         self.process: OpenCodeProcess | None = None
+        self.budget = settings.budget
         self.finished = False
+
+    def admit(self) -> str | None:
+        return self.budget.refusal(self.records) if self.budget else None
 
     def recorded(self, record: RequestRecord) -> None:
         self.records.append(record)
         self.ledger.record_request(self.run_id, record)
+        _, cost, _ = totals(self.records)
+        tokens = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.records if r.usage)
+        self.seen(RequestFinished(record.session_id, request_id=record.request_id, status_code=record.status_code,
+                                  usage=record.usage.to_dict() if record.usage else None, cost=record.cost.usd,
+                                  cost_source=record.cost.source, run_tokens=tokens, run_cost=cost,
+                                  error=record.error))
         # The endpoint has already retried what can be retried; OpenCode would retry again for
-        # minutes (or forever, after a cut stream). End the run with the error instead.
-        if not record.ok and opencode_retries(record.status_code) and self.fatal is None:
+        # minutes (or forever, after a cut stream), and a refused call would be retried too.
+        # End the run with the error instead.
+        refused = record.cost.source == "refused"
+        if (refused or not record.ok and opencode_retries(record.status_code)) and self.fatal is None:
             self.fatal = record
             if self.process is not None:
                 self.process.stop()
+
+    def retrying(self, status_code: int, attempt: int, delay: float) -> None:
+        self.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
 
     def seen(self, event: Event) -> None:
         self.events.append(event)
@@ -253,9 +278,12 @@ class _RunState:
                 (private / sub).mkdir(mode=0o700)
             data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
             oc_config.seed_config_dir(private / "config")
-            app = create_app(Endpoint(token=token, model=model, upstream=upstream, on_request=self.recorded,
-                                      secrets=(*real_secrets, token), pricer=Pricer(settings.pricing),
-                                      estimate_usage=settings.estimate_usage))
+            app = create_app(Endpoint(
+                token=token, model=model, upstream=upstream, on_request=self.recorded,
+                secrets=(*real_secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
+                timeouts=Timeouts(settings.first_byte_timeout, settings.idle_timeout),
+                max_body_bytes=settings.max_body_bytes, admit=self.admit, on_retry=self.retrying,
+            ))
             async with EndpointServer(app) as server:
                 config = oc_config.build_config(
                     model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
@@ -280,8 +308,12 @@ class _RunState:
                 warm.cancel()
 
         usage, cost, warnings = totals(self.records)
+        warnings += self.budget.overshoot(self.records)
         error: GatewayError | None
-        if outcome.timed_out:
+        if self.fatal is not None and self.fatal.cost.source == "refused":
+            stop_reason = "budget_exceeded"
+            error = BudgetExceeded(self.fatal.error or "run budget exceeded")
+        elif outcome.timed_out:
             stop_reason = "timeout"
             error = RunTimeout(f"the run exceeded its timeout of {settings.timeout:g} s and OpenCode was stopped")
         else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .accounting.budget import Budget
 from .accounting.pricing import Price
 from .errors import SettingsError
 
@@ -62,6 +63,21 @@ class Settings:
     pricing: Mapping[str, Price] = field(default_factory=_frozen)
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
     tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
+    max_cost: float | None = None  # USD per run
+    max_requests: int | None = None  # upstream calls per run
+    max_tokens: int | None = None  # input + output tokens per run
+    budgets: Mapping[str, Budget] = field(default_factory=_frozen)  # per model or group: the defaults
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 300.0
+    idle_timeout: float = 300.0
+    max_body_bytes: int = 32 * 1024 * 1024
+
+    @property
+    def budget(self) -> Budget:
+        """The run's limits: the ones set directly, else the model's (or its group's) defaults."""
+        model = self.model or ""
+        default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
+        return Budget(self.max_cost, self.max_requests, self.max_tokens).or_else(default)
     ledger: Path | None = None  # None: <data_dir>/ledger.db
 
     @property
@@ -76,9 +92,14 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed; `None` means "not given" and keeps the current value."""
         given = {name: value for name, value in changes.items() if value is not None}
+        if "budgets" in given:
+            given["budgets"] = _frozen({
+                model: budget if isinstance(budget, Budget) else Budget.from_setting(f"budgets.{model}", budget)
+                for model, budget in dict(given["budgets"]).items()
+            })
         if "pricing" in given:
             given["pricing"] = _frozen({
-                model: price if isinstance(price, Price) else Price.from_setting(model, price)
+                model: price if isinstance(price, Price) else Price.from_setting(f"pricing.{model}", price)
                 for model, price in dict(given["pricing"]).items()
             })
         for name in ("metadata", "opencode_config"):
@@ -109,8 +130,13 @@ class Settings:
             if "," in str(self.metadata.get(key, "")):
                 raise SettingsError(f"metadata {key}={self.metadata[key]!r} contains a comma, but {key} is also "
                                     "sent as a tag (tag_metadata_keys): remove the comma")
-        if self.timeout <= 0:
-            raise SettingsError(f"timeout {self.timeout} is invalid: give a number of seconds above 0")
+        for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} {getattr(self, name)} is invalid: give a number of seconds above 0")
+        for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise SettingsError(f"{name} {value} is invalid: give a number above 0")
         return self
 
     @property
@@ -139,6 +165,14 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "pricing": (dict,),
     "estimate_usage": (bool,),
     "tag_metadata_keys": (list,),
+    "max_cost": (int, float),
+    "max_requests": (int,),
+    "max_tokens": (int,),
+    "budgets": (dict,),
+    "connect_timeout": (int, float),
+    "first_byte_timeout": (int, float),
+    "idle_timeout": (int, float),
+    "max_body_bytes": (int,),
     "ledger": (str,),
 }
 
@@ -189,10 +223,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
-        if key == "pricing" and isinstance(value, dict):
-            try:
-                value = {model: Price.from_setting(str(model), price) for model, price in value.items()}
-            except SettingsError as exc:
-                raise SettingsError(f"{file}: {exc}") from exc
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
-    return base.replace(**values)
+    try:
+        return base.replace(**values)  # which checks prices and budgets
+    except SettingsError as exc:
+        raise SettingsError(f"{file}: {exc}") from exc

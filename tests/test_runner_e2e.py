@@ -89,7 +89,8 @@ def test_gateway_mode_sends_tags_and_metadata_never_opencodes_token(
     for request in upstream.requests:
         headers = request["headers"]
         assert headers["authorization"] == "Bearer sk-virtual-key"
-        assert headers["x-litellm-tags"] == "harness,opencode,nightly"
+        assert headers["x-litellm-tags"] == "harness,opencode,nightly,ticket:ENG-412"
+        assert headers["x-litellm-session-id"] == result.run_id
         assert json.loads(headers["x-litellm-spend-logs-metadata"]) == {"ticket": "ENG-412"}
         assert request["body"]["model"] == "team-coder"
         assert request["body"]["stream_options"] == {"include_usage": True}

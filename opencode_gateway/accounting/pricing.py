@@ -51,8 +51,7 @@ class Price:
     reasoning: float | None = None
 
     @classmethod
-    def from_setting(cls, model: str, setting: Any) -> Price:
-        where = f"pricing.{model}"
+    def from_setting(cls, where: str, setting: Any) -> Price:
         if not isinstance(setting, Mapping):
             raise SettingsError(f"{where} must be a mapping of prices, e.g. {{input_cost_per_million: 0.15}}")
         values: dict[str, float] = {}

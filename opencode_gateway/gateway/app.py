@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -31,7 +32,7 @@ from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_f
 from .tagging import clean_body, forwarded_headers
 from .upstream import Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
-__all__ = ["Endpoint", "RetryPolicy", "create_app"]
+__all__ = ["Endpoint", "RetryPolicy", "Timeouts", "create_app"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -51,6 +52,12 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Timeouts:
+    first_byte: float = 300.0  # from forwarding a request to the upstream's answer
+    idle: float = 300.0  # the longest gap between two chunks of a stream
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """What the app needs: who may call it, where to forward, and where records go."""
 
@@ -62,6 +69,10 @@ class Endpoint:
     retry: RetryPolicy = RetryPolicy()
     pricer: Pricer = Pricer()
     estimate_usage: bool = False  # estimate tokens of streams that report no usage
+    timeouts: Timeouts = Timeouts()
+    max_body_bytes: int = 32 * 1024 * 1024
+    admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
+    on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
 
     def scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -72,6 +83,19 @@ class Endpoint:
 
 def _error(message: str, status_code: int, kind: str) -> Response:
     return Response(error_body(message, status_code=status_code, kind=kind), status_code, media_type="application/json")
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to be over `limit` (never read further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 def create_app(endpoint: Endpoint) -> Starlette:
@@ -91,8 +115,12 @@ def create_app(endpoint: Endpoint) -> Starlette:
     async def chat(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
+        raw = await _read_body(request, endpoint.max_body_bytes)
+        if raw is None:
+            message = f"request body is over the limit of {endpoint.max_body_bytes:,} bytes"
+            return _error(message, 413, "invalid_request_error")
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             return _error("request body is not valid JSON", 400, "invalid_request_error")
         if not isinstance(body, dict):
@@ -105,20 +133,11 @@ def create_app(endpoint: Endpoint) -> Starlette:
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         call = _Call(endpoint, stream, body, request.headers.get("x-session-id"))
-        headers = forwarded_headers(request.headers)
-        for attempt in range(1, endpoint.retry.attempts + 1):
-            call.attempts = attempt
-            reply = await endpoint.upstream.send(body, headers)
-            if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
-                break
-            if is_budget_error(await reply.read()):
-                break
-            await reply.aclose()
-            delay = endpoint.retry.delay(attempt, reply.retry_after)
-            log.warning("upstream answered %s; retrying in %.1f s (attempt %d of %d)",
-                        reply.status_code, delay, attempt + 1, endpoint.retry.attempts)
-            await asyncio.sleep(delay)
-        call.first_byte()
+        refusal = endpoint.admit() if endpoint.admit else None
+        if refusal:
+            call.record(429, None, Cost(0.0, "refused"), None, refusal)
+            return _error(refusal, 429, "budget_exceeded")
+        reply = await call.forward(forwarded_headers(request.headers))
         if reply.status_code >= 400:
             return await call.failed(reply)
         if stream and reply.is_stream:
@@ -154,9 +173,32 @@ class _Call:
         self.ttfb: float | None = None
         self.attempts = 1
 
-    def first_byte(self) -> None:
-        if self.ttfb is None:
-            self.ttfb = time.monotonic() - self.started
+    async def forward(self, headers: dict[str, str]) -> UpstreamReply:
+        """Send upstream, retrying what OpenCode would retry (never a spent budget, never a
+        timeout: waiting again would only double the wait)."""
+        endpoint = self.endpoint
+        for attempt in range(1, endpoint.retry.attempts + 1):
+            self.attempts = attempt
+            try:
+                reply = await asyncio.wait_for(endpoint.upstream.send(self.body, headers),
+                                               endpoint.timeouts.first_byte)
+            except asyncio.TimeoutError:
+                message = f"the upstream sent no answer within {endpoint.timeouts.first_byte:g} s (first-byte timeout)"
+                reply = UpstreamReply.error(message, 504)
+                break
+            if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
+                break
+            if is_budget_error(await reply.read()):
+                break
+            await reply.aclose()
+            delay = endpoint.retry.delay(attempt, reply.retry_after)
+            log.warning("upstream answered %s; retrying in %.1f s (attempt %d of %d)",
+                        reply.status_code, delay, attempt + 1, endpoint.retry.attempts)
+            if endpoint.on_retry is not None:
+                endpoint.on_retry(reply.status_code, attempt + 1, delay)
+            await asyncio.sleep(delay)
+        self.ttfb = time.monotonic() - self.started
+        return reply
 
     def record(self, status: int, usage: Usage | None, cost: Cost, upstream_model: str | None,
                error: str | None = None, *, usage_missing: bool = False, estimated: bool = False,
@@ -208,23 +250,51 @@ class _Call:
         return Response(raw, reply.status_code, media_type=reply.media_type)
 
     async def relay(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
+        """Relay the stream as it comes. However it ends, OpenCode gets a well-formed ending (a
+        stream cut or stalled upstream becomes an SSE error event, never a cut) and one record
+        is made."""
         reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage)
+        failure: str | None = None
+        ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
         try:
-            async for chunk in reply.chunks:
-                reader.feed(chunk)
-                yield chunk
+            try:
+                async for chunk in _paced(reply.chunks, self.endpoint.timeouts.idle):
+                    reader.feed(chunk)
+                    yield chunk
+            except asyncio.TimeoutError:
+                failure = f"the upstream stream stalled for more than {self.endpoint.timeouts.idle:g} s"
+            except httpx.HTTPError as exc:
+                failure = f"the upstream stream broke off ({type(exc).__name__})"
+            reader.close()
+            if failure is None and reader.error is not None:
+                failure = _describe(reader.error)  # the upstream's own error event, relayed as it came
+            elif failure is None and not reader.done:
+                failure = "the upstream stream ended before [DONE]"
+            if failure is not None and reader.error is None:
+                yield b"data: " + error_body(self.endpoint.scrub(failure), status_code=502) + b"\n\n"
+            ended = True
         finally:
-            # Runs however the stream ends: finished, failed, or OpenCode gone (cancelled).
             with anyio.CancelScope(shield=True):
                 await reply.aclose()
                 reader.close()
-                error = _describe(reader.error) if reader.error else None
-                if error is None and not reader.done:
-                    error = "stream ended before [DONE]"
-                status = 200 if error is None else 502
+                if not ended:
+                    failure, status = "the client closed the connection before the stream ended", 499
+                else:
+                    status = 200 if failure is None else 502
                 usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
-                self.record(status, usage, self.price(reply, usage, reader.model), reader.model, error,
+                self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
                             usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
+
+
+async def _paced(chunks: AsyncIterator[bytes], idle: float) -> AsyncIterator[bytes]:
+    """The chunks, raising asyncio.TimeoutError when the next one takes longer than `idle`."""
+    iterator = chunks.__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(iterator.__anext__(), idle)
+        except StopAsyncIteration:
+            return
+        yield chunk
 
 
 def _describe(error: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Iterator
 from types import TracebackType
@@ -15,7 +16,16 @@ from types import TracebackType
 import uvicorn
 from starlette.types import ASGIApp
 
+from ..errors import SettingsError
+
 __all__ = ["EndpointServer"]
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class _Server(uvicorn.Server):
@@ -27,7 +37,10 @@ class _Server(uvicorn.Server):
 class EndpointServer:
     """`async with EndpointServer(app) as server:` serves `app` at `server.url` until the block ends."""
 
-    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False) -> None:
+        if not allow_remote and not _is_loopback(host):
+            raise SettingsError(f"the endpoint binds only to loopback, not {host}: asking for another address "
+                                "needs an explicit choice (serve --host)")
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))

@@ -128,13 +128,15 @@ class ProxyUpstream:
         api_key: str | None,
         tagging: Tagging,
         *,
+        connect_timeout: float = 10.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._tagging = tagging
-        timeout = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=30.0)
+        # Reads are bounded by the endpoint's first-byte and idle timeouts, not here.
+        timeout = httpx.Timeout(connect=connect_timeout, read=None, write=60.0, pool=30.0)
         self._client = client or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:

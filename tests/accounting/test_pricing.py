@@ -101,7 +101,7 @@ def test_a_missing_usage_is_unpriced() -> None:
 
 
 def test_a_configured_price_is_used_before_litellms_and_computed_by_hand() -> None:
-    price = Price.from_setting("qwen-coder", {"input_cost_per_million": 0.4, "output_cost_per_million": 1.6,
+    price = Price.from_setting("pricing.qwen-coder", {"input_cost_per_million": 0.4, "output_cost_per_million": 1.6,
                                               "cache_read_cost_per_million": 0.04, "cache_write_cost_per_million": 0.5,
                                               "reasoning_cost_per_million": 2.0})
     usage = Usage(input_tokens=10_000, output_tokens=2_000, cache_read_tokens=6_000, cache_write_tokens=1_000,
@@ -112,7 +112,7 @@ def test_a_configured_price_is_used_before_litellms_and_computed_by_hand() -> No
 
 
 def test_unset_kinds_cost_their_parent_kinds_price() -> None:
-    price = Price.from_setting("m", {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6})
+    price = Price.from_setting("pricing.m", {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6})
     usage = Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400, reasoning_tokens=50)
     assert price.cost(usage) == pytest.approx(1000 * 2e-6 + 100 * 8e-6, rel=1e-12)
 
@@ -129,7 +129,7 @@ def test_unset_kinds_cost_their_parent_kinds_price() -> None:
 )
 def test_bad_price_settings_say_what_is_wrong(setting: Any, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
-        Price.from_setting("qwen-coder", setting)
+        Price.from_setting("pricing.qwen-coder", setting)
 
 
 def test_the_first_known_model_is_priced() -> None:
