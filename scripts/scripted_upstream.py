@@ -79,6 +79,11 @@ class Reply:
     error: str = "scripted error"
     chunk_delay: float = 0.0
     omit_usage: bool = False  # like a self-hosted server that ignores include_usage
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. retry-after on an error
+    cut_after: int | None = None  # drop the connection after this many chunks
+    sse_error: str | None = None  # end the stream with an SSE error event instead of [DONE]
+    hang: float = 0.0  # wait this long before answering at all
+    byte_delay: float = 0.0  # send the stream one byte at a time, this far apart
 
 
 ReplySource = Reply | Callable[[Mapping[str, Any]], Reply]
@@ -91,6 +96,7 @@ class ScriptedUpstream:
     def __init__(self) -> None:
         self._replies: collections.deque[ReplySource] = collections.deque()
         self.requests: list[dict[str, Any]] = []
+        self.abandoned = 0  # streams whose client went away before the end
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -112,13 +118,15 @@ class ScriptedUpstream:
         self._replies.clear()
         self._replies.extend(replies)
         self.requests.clear()
+        self.abandoned = 0
 
     def start(self) -> ScriptedUpstream:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[sock])),  # type: ignore[union-attr]
@@ -151,14 +159,27 @@ class ScriptedUpstream:
         body = await request.json()
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
         reply = self._next_reply(body)
+        if reply.hang:
+            await asyncio.sleep(reply.hang)
         if reply.status >= 400:
             error = {"error": {"message": reply.error, "type": "scripted_error", "code": str(reply.status)}}
-            return JSONResponse(error, status_code=reply.status)
+            return JSONResponse(error, status_code=reply.status, headers=dict(reply.headers))
         model = str(body.get("model", "scripted"))
         if not body.get("stream"):
             return JSONResponse(_completion(model, reply))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and not reply.omit_usage
-        return StreamingResponse(_stream(model, reply, include_usage), media_type="text/event-stream")
+        return StreamingResponse(self._watched(_misbehave(_stream(model, reply, include_usage), reply)),
+                                 media_type="text/event-stream")
+
+    async def _watched(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for chunk in chunks:
+                yield chunk
+            finished = True
+        finally:
+            if not finished:
+                self.abandoned += 1
 
     async def _messages(self, request: Request) -> Response:
         """Anthropic's Messages API, streamed as Anthropic streams it (reply.usage in its spelling)."""
@@ -226,6 +247,28 @@ async def _stream(model: str, reply: Reply, include_usage: bool) -> AsyncIterato
     if include_usage:
         yield b"data: " + json.dumps({**base, "choices": [], "usage": dict(reply.usage)}).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+class _Cut(Exception):
+    """Raised inside a response stream: uvicorn then drops the connection mid-body."""
+
+
+async def _misbehave(chunks: AsyncIterator[bytes], reply: Reply) -> AsyncIterator[bytes]:
+    count = 0
+    async for chunk in chunks:
+        if reply.cut_after is not None and count >= reply.cut_after:
+            raise _Cut("scripted cut")
+        if reply.sse_error is not None and (chunk.startswith(b"data: [DONE]") or b'"usage"' in chunk):
+            error = {"error": {"message": reply.sse_error, "type": "server_error", "code": "overloaded"}}
+            yield b"data: " + json.dumps(error).encode() + b"\n\n"
+            return
+        if reply.byte_delay:
+            for i in range(len(chunk)):
+                await asyncio.sleep(reply.byte_delay)
+                yield chunk[i : i + 1]
+        else:
+            yield chunk
+        count += 1
 
 
 async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:

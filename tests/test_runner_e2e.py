@@ -142,9 +142,10 @@ def test_secrets_never_reach_opencode(upstream: ScriptedUpstream, workdir: Path,
                 if b"--format\0json" in cmdline:
                     seen["cmdline"] = cmdline
                     seen["environ"] = Path(f"/proc/{pid}/environ").read_bytes()
-                    seen["config_dir"] = json.loads(
-                        dict(v.split(b"=", 1) for v in seen["environ"].split(b"\0") if b"=" in v)
-                        [b"OPENCODE_CONFIG_CONTENT"])
+                    env = dict(v.split(b"=", 1) for v in seen["environ"].split(b"\0") if b"=" in v)
+                    seen["config_dir"] = json.loads(env[b"OPENCODE_CONFIG_CONTENT"])
+                    private = Path(env[b"XDG_CONFIG_HOME"].decode()).parent
+                    seen["private_files"] = {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()}
             except (OSError, KeyError, ValueError):
                 continue
         return Reply(text="looked")
@@ -156,6 +157,9 @@ def test_secrets_never_reach_opencode(upstream: ScriptedUpstream, workdir: Path,
     for secret in (b"sk-virtual-secret", b"sk-env-provider-key"):
         assert secret not in seen["cmdline"] and secret not in seen["environ"]
     assert "sk-virtual-secret" not in json.dumps(seen["config_dir"])
+    assert seen["private_files"]  # opencode.json, the token file, OpenCode's own files
+    for name, content in seen["private_files"].items():
+        assert b"sk-virtual-secret" not in content and b"sk-env-provider-key" not in content, name
     assert b"Look" not in seen["cmdline"]  # the prompt goes on stdin, not argv
 
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import signal
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,21 @@ __all__ = ["OpenCodeProcess", "Outcome", "find_opencode", "run_argv"]
 INSTALL_HINT = "install it with `npm install -g opencode-ai`, or point --opencode-bin / OPENCODE_BIN at it"
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
+_RUN_TAG = "OPENCODE_GATEWAY_PROCESS_TAG"
 _KILL_GRACE_S = 3.0
+
+
+def _tagged(tag: bytes) -> list[int]:
+    """Processes whose environment carries `tag` (Linux /proc; none where there is no /proc)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                        if tag in environ.read().split(b"\0"):
+                            found.append(int(entry.name))
+    return found
 
 
 def find_opencode(explicit: str | None = None) -> str:
@@ -65,8 +80,12 @@ class OpenCodeProcess:
 
     def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str) -> None:
         self.argv = list(argv)
+        # Every process OpenCode starts inherits this tag, even one that leaves its process group
+        # and session (OpenCode's bash tool starts commands detached): kill() finds them by it.
+        self._tag = f"{_RUN_TAG}={uuid.uuid4().hex}"
+        name, _, value = self._tag.partition("=")
         # OpenCode takes its project directory from $PWD when set, not from the real cwd.
-        self.env = {**env, "PWD": str(cwd)}
+        self.env = {**env, "PWD": str(cwd), name: value}
         self.cwd = cwd
         self.prompt = prompt
         self._process: asyncio.subprocess.Process | None = None
@@ -143,3 +162,6 @@ class OpenCodeProcess:
                 await process.wait()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in _tagged(self._tag.encode()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

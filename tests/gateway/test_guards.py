@@ -1,0 +1,131 @@
+"""Bad input refused, limits enforced, and load held: the endpoint on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opencode_gateway.accounting.budget import Budget
+from opencode_gateway.accounting.pricing import Cost
+from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.usage import Usage
+from opencode_gateway.errors import ConfigConflict, SettingsError
+from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.server import EndpointServer
+from opencode_gateway.gateway.tagging import Tagging
+from opencode_gateway.gateway.upstream import ProxyUpstream
+from opencode_gateway.opencode.config import build_config
+from scripted_upstream import Reply, ScriptedUpstream, usage
+
+pytestmark = pytest.mark.anyio
+TOKEN = "t"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRecord] | None = None,
+             **extra: Any) -> Endpoint:
+    sink = records if records is not None else []
+    return Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=ProxyUpstream(upstream_url, "coder", "sk", Tagging()),
+                    on_request=sink.append, **extra)
+
+
+async def post(app: Any, **kwargs: Any) -> httpx.Response:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://e") as client:
+        return await client.post("/v1/chat/completions", headers=AUTH, **kwargs)
+
+
+async def test_a_body_over_the_limit_is_413_by_declared_length_or_by_reading() -> None:
+    app = create_app(endpoint(max_body_bytes=1000))
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * 2000}]}).encode()
+    assert (await post(app, content=big)).status_code == 413
+
+    async def chunked() -> Any:  # no content-length: the limit applies while reading
+        for i in range(0, len(big), 100):
+            yield big[i : i + 100]
+
+    response = await post(app, content=chunked())
+    assert response.status_code == 413
+    assert response.json()["error"]["message"] == "request body is over the limit of 1,000 bytes"
+
+
+async def test_a_refused_call_is_recorded_and_never_sent() -> None:
+    sink: list[RequestRecord] = []
+    app = create_app(endpoint(records=sink, admit=lambda: "run budget exceeded: max_requests is 1"))
+    response = await post(app, json={"messages": [], "stream": True})
+    assert response.status_code == 429
+    assert response.json()["error"] == {"message": "run budget exceeded: max_requests is 1",
+                                        "type": "budget_exceeded", "param": None, "code": "429"}
+    assert [(r.status_code, r.cost.source, r.cost.usd) for r in sink] == [(429, "refused", 0.0)]
+
+
+def test_the_endpoint_binds_only_to_loopback_unless_asked() -> None:
+    with pytest.raises(SettingsError, match="binds only to loopback, not 0.0.0.0"):
+        EndpointServer(create_app(endpoint()), host="0.0.0.0")
+    EndpointServer(create_app(endpoint()), host="127.0.0.1")._socket.close()
+
+
+def record(tokens: tuple[int, int], cost: float | None, source: str = "litellm") -> RequestRecord:
+    return RequestRecord(request_id="r", model="m", upstream_model=None, status_code=200, stream=True,
+                         usage=Usage(*tokens), cost=Cost(cost, source), started_at=0, duration_s=0, ttfb_s=0)
+
+
+def test_budget_limits_and_overshoot() -> None:
+    budget = Budget(max_cost=0.01, max_requests=3, max_tokens=5000)
+    assert budget.refusal([record((1000, 100), 0.004)]) is None
+    assert "max_cost is $0.01 and the run cost $0.012000" in (budget.refusal([record((100, 1), 0.006)] * 2) or "")
+    assert "max_requests is 3" in (budget.refusal([record((1, 1), 0.0)] * 3) or "")
+    assert "max_tokens is 5,000 and the run used 6,000" in (budget.refusal([record((5000, 1000), 0.0)]) or "")
+    refused = record((0, 0), 0.0, "refused")
+    assert Budget(max_requests=1).refusal([refused, refused]) is None  # refusals are not calls
+    assert Budget(max_cost=0.01).overshoot([record((1, 1), 0.015)]) == (
+        "the run cost $0.005000 over max_cost ($0.01) in requests that had already started",)
+    assert Budget(max_requests=2).or_else(Budget(max_cost=1.0, max_requests=9)) == Budget(1.0, 2, None)
+    with pytest.raises(SettingsError, match="budgets.coder.max_cost must be a number above 0"):
+        Budget.from_setting("budgets.coder", {"max_cost": -1})
+
+
+MANAGED = ("provider", "model", "small_model", "enabled_providers", "permission")
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                         max_size=3), max_leaves=10)
+keys = st.sampled_from(["provider", "model", "small_model", "enabled_providers", "disabled_providers", "permission",
+                        "tools", "plugin", "agent", "mode", "share", "autoupdate", "instructions", "theme", "mcp"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, json_values, max_size=6))
+def test_no_user_config_overrides_a_managed_key(user_config: dict[str, Any]) -> None:
+    ours = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}")
+    try:
+        merged = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}",
+                              user_config=user_config)
+    except ConfigConflict:
+        return
+    for key in (*MANAGED, "autoupdate", "share"):
+        assert merged[key] == ours[key]
+    for section in ("agent", "mode"):
+        for entry in (merged.get(section) or {}).values():
+            assert not (isinstance(entry, dict) and {"model", "permission", "tools"} & set(entry))
+
+
+async def test_64_concurrent_streams_are_each_recorded_exactly(upstream: ScriptedUpstream) -> None:
+    upstream.script(*[Reply(text=f"answer {i}", usage=usage(1000 + i, 10 + i)) for i in range(64)])
+    records: list[RequestRecord] = []
+    under_load = endpoint(upstream.url, records)
+    async with EndpointServer(create_app(under_load)) as server, httpx.AsyncClient(timeout=60) as client:
+        async def one(i: int) -> int:
+            response = await client.post(f"{server.url}/v1/chat/completions", headers=AUTH, json={
+                "model": "x", "stream": True, "messages": [{"role": "user", "content": str(i)}]})
+            return response.status_code
+        statuses = await asyncio.gather(*(one(i) for i in range(64)))
+        await under_load.upstream.aclose()
+    assert statuses == [200] * 64
+    assert len(records) == 64 and all(r.ok for r in records)
+    assert sorted((r.usage.input_tokens, r.usage.output_tokens) for r in records if r.usage) == [
+        (1000 + i, 10 + i) for i in range(64)]

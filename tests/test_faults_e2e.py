@@ -1,0 +1,189 @@
+"""Guards and faults, end to end with the real opencode binary: budgets enforced at the endpoint,
+an upstream that misbehaves on cue, Ctrl-C, orphans. Every case ends as described, in bounded time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway import run
+from opencode_gateway.errors import BudgetExceeded, RunTimeout, UpstreamError
+from opencode_gateway.events import RequestFinished, UpstreamRetry
+from opencode_gateway.settings import Settings
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+pytestmark = pytest.mark.e2e
+MODEL = {"model": "litellm_proxy/coder", "api_key": "sk-virtual"}  # the scripted server plays the gateway
+
+
+@pytest.fixture
+def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
+    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=90, ledger=tmp_path / "ledger.db")
+
+
+def tool_turn(workdir: Path, name: str, prompt_tokens: int = 1000) -> Reply:
+    return Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / name), "content": name})],
+                 usage=usage(prompt_tokens, 50))
+
+
+def test_max_requests_refuses_the_next_call_and_stops_the_run(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(tool_turn(workdir, "a"), tool_turn(workdir, "b"), tool_turn(workdir, "c"), Reply(text="done"))
+    result = run("Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_requests=2),
+                 **MODEL)
+    assert result.stop_reason == "budget_exceeded"
+    assert isinstance(result.error, BudgetExceeded)
+    assert "max_requests is 2 and 2 requests were made" in str(result.error)
+    assert len(upstream.requests) == 2  # the third call never left the endpoint
+    assert [r.cost.source for r in result.requests] == ["reported", "reported", "refused"] or \
+        [r.status_code for r in result.requests] == [200, 200, 429]
+    rows = sqlite3.connect(settings.ledger_path).execute(
+        "SELECT status_code, cost_source, error FROM requests ORDER BY started_at").fetchall()
+    assert rows[-1][0] == 429 and rows[-1][1] == "refused" and "max_requests" in rows[-1][2]
+    assert sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason FROM runs").fetchone() == (
+        "budget_exceeded",)
+
+
+def test_a_crossed_token_limit_lets_the_running_stream_finish_and_reports_the_overshoot(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(tool_turn(workdir, "a", 1000), tool_turn(workdir, "b", 1300), Reply(text="never"))
+    result = run("Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_tokens=1500),
+                 **MODEL)
+    assert result.stop_reason == "budget_exceeded"
+    assert [r.status_code for r in result.requests] == [200, 200, 429]
+    assert result.usage.input_tokens + result.usage.output_tokens == 2400
+    assert any("900 tokens over max_tokens (1,500)" in w for w in result.warnings)
+
+
+def test_a_budget_from_the_groups_defaults_applies(upstream: ScriptedUpstream, workdir: Path,
+                                                  settings: Settings) -> None:
+    upstream.script(tool_turn(workdir, "a"), Reply(text="never"))
+    limited = settings.replace(budgets={"coder": {"max_requests": 1}})
+    result = run("Write", api_base=upstream.url, workdir=workdir, settings=limited, **MODEL)
+    assert result.stop_reason == "budget_exceeded" and len(upstream.requests) == 1
+
+
+def test_a_429_with_retry_after_is_retried_and_shown(upstream: ScriptedUpstream, workdir: Path,
+                                                     settings: Settings) -> None:
+    upstream.script(Reply(status=429, error="slow down", headers={"retry-after": "1"}), Reply(text="fine"))
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
+    assert result.ok and result.text == "fine"
+    retries = [e for e in result.events if isinstance(e, UpstreamRetry)]
+    assert [(e.status_code, e.attempt, e.delay_s) for e in retries] == [(429, 2, 1.0)]
+    finished = [e for e in result.events if isinstance(e, RequestFinished)]
+    assert [(e.status_code, e.run_tokens) for e in finished] == [(200, 1050)]
+    assert result.requests[0].attempts == 2
+
+
+def test_a_cut_stream_ends_the_run_with_a_clear_error(upstream: ScriptedUpstream, workdir: Path,
+                                                      settings: Settings) -> None:
+    upstream.script(Reply(text="this answer will be cut off in the middle", cut_after=3), Reply(text="never"))
+    started = time.monotonic()
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
+    assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
+    assert result.error.status_code == 502 and "broke off" in str(result.error)
+    assert len(upstream.requests) == 1  # OpenCode did not get to re-request
+    assert result.requests[0].status_code == 502 and result.requests[0].usage_missing
+    assert time.monotonic() - started < 30
+
+
+def test_an_sse_error_event_ends_the_run_with_its_message(upstream: ScriptedUpstream, workdir: Path,
+                                                          settings: Settings) -> None:
+    upstream.script(Reply(text="partial answer", sse_error="the model is overloaded"), Reply(text="never"))
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
+    assert result.stop_reason == "error" and "the model is overloaded" in str(result.error)
+    assert len(upstream.requests) == 1
+
+
+def test_an_upstream_that_never_answers_hits_the_first_byte_timeout(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(Reply(text="late", hang=30))
+    started = time.monotonic()
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings.replace(first_byte_timeout=2),
+                 **MODEL)
+    assert result.stop_reason == "error"
+    assert isinstance(result.error, UpstreamError) and result.error.status_code == 504
+    assert "first-byte timeout" in str(result.error)
+    assert time.monotonic() - started < 30
+
+
+def test_a_trickling_stream_is_ended_by_the_run_timeout_and_closed_upstream(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(Reply(text="one byte a second", byte_delay=1.0))
+    started = time.monotonic()
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings.replace(timeout=8), **MODEL)
+    assert result.stop_reason == "timeout" and isinstance(result.error, RunTimeout)
+    assert time.monotonic() - started < 25
+    deadline = time.monotonic() + 5
+    while upstream.abandoned == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.abandoned == 1  # our relay closed the upstream stream when OpenCode went away
+    [record] = result.requests
+    assert record.status_code == 499 and "closed the connection" in (record.error or "")
+
+
+def test_a_stalled_stream_hits_the_idle_timeout(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
+    upstream.script(Reply(text="slow words here", chunk_delay=3.0))
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings.replace(idle_timeout=1), **MODEL)
+    assert result.stop_reason == "error" and "stalled for more than 1 s" in str(result.error)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_no_process_outlives_the_run(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
+    marker = f"orphan-check-{os.getpid()}-{time.monotonic_ns()}"
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
+                                            "description": "start a background job"})]),
+        Reply(text="started it"),
+    )
+    result = run("Start a job", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
+    assert result.ok
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []
+
+
+def test_ctrl_c_stops_opencode_keeps_the_ledger_and_exits_130(
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    upstream.script(tool_turn(workdir, "a"), Reply(text="slow " * 100, chunk_delay=0.5))
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "opencode_gateway", "run", "-m", "litellm_proxy/coder", "--api-base", upstream.url,
+         "--api-key", "sk-v", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger),
+         "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(upstream.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(upstream.requests) == 2
+    cli.send_signal(signal.SIGINT)
+    _, stderr = cli.communicate(timeout=30)
+    assert cli.returncode == 130, stderr
+    assert "interrupted" in stderr
+    db = sqlite3.connect(ledger)
+    assert db.execute("SELECT stop_reason FROM runs").fetchone() == ("interrupted",)
+    assert db.execute("SELECT count(*) FROM requests WHERE status_code = 200").fetchone() == (1,)
+    assert _processes_with(str(workdir)) == [] or all(
+        Path(f"/proc/{pid}/cwd").resolve() != workdir.resolve() for pid in _processes_with(str(workdir)))
