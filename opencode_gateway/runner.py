@@ -35,7 +35,7 @@ from .errors import (
     UpstreamError,
 )
 from .events import RequestFinished, UpstreamRetry
-from .gateway.app import Endpoint, Timeouts, create_app
+from .gateway.app import Endpoint, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
@@ -119,8 +119,9 @@ def _group(settings: Settings) -> str:
 def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
     if settings.mode == "gateway":
         return ProxyUpstream(gateway_base(settings.gateway_api_base or ""), _group(settings), settings.gateway_api_key,
-                             tagging, connect_timeout=settings.connect_timeout)
-    return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging)
+                             tagging, connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
+    return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging,
+                       idle_timeout=settings.idle_timeout)
 
 
 def _session_store(settings: Settings, session_id: str) -> Path:
@@ -258,7 +259,10 @@ class _RunState:
                       resumed_store: Path | None) -> RunResult:
         settings = self.settings
         model = settings.model or ""
-        warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load))  # overlaps OpenCode's ~3 s start
+        # SDK mode calls litellm on the first request: import it (~2.4 s) while OpenCode starts. In
+        # gateway mode a LiteLLM proxy reports each stream's cost, so litellm is imported only if a
+        # price must be looked up; importing it anyway would cost every run its 2.4 s of CPU.
+        warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load)) if settings.mode == "sdk" else None
         started = time.monotonic()
         token = secrets.token_urlsafe(32)
         real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
@@ -281,7 +285,7 @@ class _RunState:
             app = create_app(Endpoint(
                 token=token, model=model, upstream=upstream, on_request=self.recorded,
                 secrets=(*real_secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
-                timeouts=Timeouts(settings.first_byte_timeout, settings.idle_timeout),
+                first_byte_timeout=settings.first_byte_timeout,
                 max_body_bytes=settings.max_body_bytes, admit=self.admit, on_retry=self.retrying,
             ))
             async with EndpointServer(app) as server:
@@ -304,7 +308,7 @@ class _RunState:
         finally:
             await upstream.aclose()
             shutil.rmtree(private, ignore_errors=True)
-            if not warm.done():
+            if warm is not None and not warm.done():
                 warm.cancel()
 
         usage, cost, warnings = totals(self.records)

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import collections
 import json
+import re
 import socket
 import threading
 import time
@@ -147,8 +148,10 @@ class ScriptedUpstream:
             self._thread.join(timeout=10)
 
     def _next_reply(self, body: Mapping[str, Any]) -> Reply:
-        source = self._replies.popleft() if self._replies else FALLBACK
+        source = self._replies.popleft() if self._replies else self.fallback
         return source(body) if callable(source) else source
+
+    fallback: ReplySource = FALLBACK
 
     async def _models(self, request: Request) -> Response:
         # It answers whatever model it is asked for, so it lists none (a gateway preflight then
@@ -301,13 +304,27 @@ async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
     yield event("message_stop", {})
 
 
+def bench_reply(body: Mapping[str, Any]) -> Reply:
+    """For benchmarks: a user message `chunks=N` asks for an answer of N content chunks;
+    `cost=reported` adds the usage.cost a LiteLLM proxy puts in the last chunk."""
+    messages = body.get("messages") or [{}]
+    content = json.dumps(messages[-1].get("content", ""))
+    asked = re.search(r"chunks=(\d+)", content)
+    chunks = int(asked.group(1)) if asked else 10
+    cost = 1e-07 * (100 + chunks) if "cost=reported" in content else None
+    return Reply(text=" ".join(["x"] * chunks), usage=usage(100, chunks, cost=cost))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the scripted stand-in model until interrupted.")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--bench", action="store_true", help="answer every request with bench_reply")
     args = parser.parse_args()
     server = ScriptedUpstream()
+    if args.bench:
+        server.fallback = bench_reply
     if args.port:
-        uvicorn.run(server.app, host="127.0.0.1", port=args.port, log_level="warning")
+        uvicorn.run(server.app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
     else:
         server.start()
         print(server.url, flush=True)

@@ -30,9 +30,9 @@ from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from .tagging import clean_body, forwarded_headers
-from .upstream import Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
+from .upstream import StreamStalled, Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
-__all__ = ["Endpoint", "RetryPolicy", "Timeouts", "create_app"]
+__all__ = ["Endpoint", "RetryPolicy", "create_app"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -52,12 +52,6 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    first_byte: float = 300.0  # from forwarding a request to the upstream's answer
-    idle: float = 300.0  # the longest gap between two chunks of a stream
-
-
-@dataclass(frozen=True)
 class Endpoint:
     """What the app needs: who may call it, where to forward, and where records go."""
 
@@ -69,7 +63,7 @@ class Endpoint:
     retry: RetryPolicy = RetryPolicy()
     pricer: Pricer = Pricer()
     estimate_usage: bool = False  # estimate tokens of streams that report no usage
-    timeouts: Timeouts = Timeouts()
+    first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
     max_body_bytes: int = 32 * 1024 * 1024
     admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
@@ -181,9 +175,9 @@ class _Call:
             self.attempts = attempt
             try:
                 reply = await asyncio.wait_for(endpoint.upstream.send(self.body, headers),
-                                               endpoint.timeouts.first_byte)
+                                               endpoint.first_byte_timeout)
             except asyncio.TimeoutError:
-                message = f"the upstream sent no answer within {endpoint.timeouts.first_byte:g} s (first-byte timeout)"
+                message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
                 reply = UpstreamReply.error(message, 504)
                 break
             if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
@@ -258,11 +252,11 @@ class _Call:
         ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
         try:
             try:
-                async for chunk in _paced(reply.chunks, self.endpoint.timeouts.idle):
+                async for chunk in reply.chunks:
                     reader.feed(chunk)
                     yield chunk
-            except asyncio.TimeoutError:
-                failure = f"the upstream stream stalled for more than {self.endpoint.timeouts.idle:g} s"
+            except StreamStalled as exc:
+                failure = str(exc)
             except httpx.HTTPError as exc:
                 failure = f"the upstream stream broke off ({type(exc).__name__})"
             reader.close()
@@ -281,20 +275,13 @@ class _Call:
                     failure, status = "the client closed the connection before the stream ended", 499
                 else:
                     status = 200 if failure is None else 502
-                usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
-                self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
-                            usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
+                # Priced and recorded just after the stream's last byte is sent, not before it.
+                asyncio.get_running_loop().call_soon(self.record_stream, reply, reader, status, failure)
 
-
-async def _paced(chunks: AsyncIterator[bytes], idle: float) -> AsyncIterator[bytes]:
-    """The chunks, raising asyncio.TimeoutError when the next one takes longer than `idle`."""
-    iterator = chunks.__aiter__()
-    while True:
-        try:
-            chunk = await asyncio.wait_for(iterator.__anext__(), idle)
-        except StopAsyncIteration:
-            return
-        yield chunk
+    def record_stream(self, reply: UpstreamReply, reader: StreamUsageReader, status: int, failure: str | None) -> None:
+        usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
+        self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
+                    usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
 
 
 def _describe(error: Any) -> str:

@@ -6,6 +6,7 @@ endpoint relays and accounts for them with one code path.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
@@ -15,12 +16,16 @@ import httpx
 from .. import _litellm
 from .tagging import Tagging
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "Upstream", "UpstreamReply", "error_body", "gateway_base",
+__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body", "gateway_base",
            "is_budget_error", "opencode_retries"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
 COST_HEADER = "x-litellm-response-cost"
+
+
+class StreamStalled(Exception):
+    """No chunk came for longer than the idle timeout."""
 
 
 def gateway_base(api_base: str) -> str:
@@ -129,14 +134,17 @@ class ProxyUpstream:
         tagging: Tagging,
         *,
         connect_timeout: float = 10.0,
+        idle_timeout: float = 300.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._tagging = tagging
-        # Reads are bounded by the endpoint's first-byte and idle timeouts, not here.
-        timeout = httpx.Timeout(connect=connect_timeout, read=None, write=60.0, pool=30.0)
+        self._idle = idle_timeout
+        # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
+        # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
+        timeout = httpx.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=30.0)
         self._client = client or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
@@ -151,11 +159,18 @@ class ProxyUpstream:
         return UpstreamReply(
             response.status_code,
             response.headers.get("content-type", JSON),
-            response.aiter_raw(),
+            self._chunks(response),
             header_cost=_float(response.headers.get(COST_HEADER)),
             retry_after=_retry_after(response.headers),
             response=response,
         )
+
+    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        except httpx.ReadTimeout:
+            raise StreamStalled(f"the upstream stream stalled for more than {self._idle:g} s") from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -166,8 +181,10 @@ class SdkUpstream:
 
     name = "sdk"
 
-    def __init__(self, model: str, api_base: str | None, api_key: str | None, tagging: Tagging) -> None:
+    def __init__(self, model: str, api_base: str | None, api_key: str | None, tagging: Tagging, *,
+                 idle_timeout: float = 300.0) -> None:
         self.model = model
+        self._idle = idle_timeout
         self._credentials = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
         self._tagging = tagging
         self._max_output: int | None | bool = False  # False: not looked up yet
@@ -184,7 +201,7 @@ class SdkUpstream:
         except Exception as exc:  # every provider failure must reach OpenCode as a well-formed error
             return UpstreamReply.error(_message(exc), _status(exc))
         if kwargs.get("stream"):
-            return UpstreamReply(200, SSE, _sse(response), reports_cost=False)
+            return UpstreamReply(200, SSE, _sse(response, self._idle), reports_cost=False)
         return UpstreamReply(200, JSON, _one(response.model_dump_json().encode()), reports_cost=False)
 
     def _clamp_max_tokens(self, litellm: Any, kwargs: dict[str, Any]) -> None:
@@ -211,11 +228,21 @@ def _message(exc: BaseException) -> str:
     return str(getattr(exc, "message", None) or exc) or type(exc).__name__
 
 
-async def _sse(stream: Any) -> AsyncIterator[bytes]:
+async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
     """litellm's stream of chunk objects, encoded as the Chat Completions SSE stream."""
+    iterator = stream.__aiter__()
     try:
-        async for chunk in stream:
+        while True:
+            try:
+                # One timeout per chunk costs ~15 µs; litellm's own work per chunk is far more.
+                chunk = await asyncio.wait_for(iterator.__anext__(), idle)
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise StreamStalled(f"the upstream stream stalled for more than {idle:g} s") from None
             yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
+    except StreamStalled:
+        raise
     except Exception as exc:  # a provider failing mid-stream: end with an error event, not a cut
         status = _status(exc)
         yield b"data: " + error_body(_message(exc), status_code=status) + b"\n\n"
