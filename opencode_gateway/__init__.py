@@ -13,11 +13,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    BudgetExceeded,
     ConfigConflict,
     GatewayError,
+    LedgerError,
     OpenCodeError,
     OpenCodeFailed,
     OpenCodeNotFound,
+    PreflightError,
     RunTimeout,
     SettingsError,
     UpstreamError,
@@ -31,11 +34,14 @@ if TYPE_CHECKING:
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __all__ = [
+    "BudgetExceeded",
     "ConfigConflict",
     "GatewayError",
+    "LedgerError",
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
+    "PreflightError",
     "RunResult",
     "RunTimeout",
     "Settings",

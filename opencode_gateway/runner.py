@@ -324,6 +324,8 @@ class _RunState:
             error = _run_error(self.events, self.records, outcome.exit_code, outcome.stderr_tail, self.fatal)
             stop_reason = "done" if error is None else "error"
         self.finish(found_session, stop_reason, str(error) if error else None)
+        if self.ledger.failure is not None:
+            warnings += (f"the ledger could not record this run completely: {self.ledger.failure}",)
         return RunResult(
             run_id=self.run_id, text=_final_text(self.events), session_id=found_session, stop_reason=stop_reason,
             model=model, mode=settings.mode, usage=usage, cost=cost, requests=tuple(self.records),

@@ -166,6 +166,11 @@ class Ledger:
         """Wait until everything queued so far is committed."""
         self._executor.submit(lambda: None).result()
 
+    @property
+    def failure(self) -> LedgerError | None:
+        """The first write that failed, if any (later rows may be missing)."""
+        return self._failure
+
     def raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure

@@ -103,3 +103,13 @@ def test_a_locked_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_reading_a_missing_ledger_says_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="no ledger at"):
         connect(tmp_path / "absent.db", migrate=False)
+
+
+def test_a_failed_write_is_kept_for_the_run_to_report(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    start(ledger, "run_1")
+    ledger.record_request("run_1", record("a"))
+    ledger.record_request("run_1", record("a"))  # the same request id twice: the second insert fails
+    ledger.flush()
+    assert ledger.failure is not None and "UNIQUE constraint failed" in str(ledger.failure)
+    ledger.close()
