@@ -118,8 +118,8 @@ def _group(settings: Settings) -> str:
 
 def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
     if settings.mode == "gateway":
-        return ProxyUpstream(gateway_base(settings.gateway_api_base or ""), _group(settings), settings.gateway_api_key,
-                             tagging, connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
+        return ProxyUpstream(settings.gateway_api_base or "", _group(settings), settings.gateway_api_key, tagging,
+                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
     return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging,
                        idle_timeout=settings.idle_timeout)
 
@@ -223,11 +223,11 @@ class _RunState:
     def recorded(self, record: RequestRecord) -> None:
         self.records.append(record)
         self.ledger.record_request(self.run_id, record)
-        _, cost, _ = totals(self.records)
-        tokens = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.records if r.usage)
+        usage, cost, _ = totals(self.records)
         self.seen(RequestFinished(record.session_id, request_id=record.request_id, status_code=record.status_code,
                                   usage=record.usage.to_dict() if record.usage else None, cost=record.cost.usd,
-                                  cost_source=record.cost.source, run_tokens=tokens, run_cost=cost,
+                                  cost_source=record.cost.source, run_tokens=usage.input_tokens + usage.output_tokens,
+                                  run_cost=cost,
                                   error=record.error))
         # The endpoint has already retried what can be retried; OpenCode would retry again for
         # minutes (or forever, after a cut stream), and a refused call would be retried too.

@@ -92,16 +92,12 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed; `None` means "not given" and keeps the current value."""
         given = {name: value for name, value in changes.items() if value is not None}
-        if "budgets" in given:
-            given["budgets"] = _frozen({
-                model: budget if isinstance(budget, Budget) else Budget.from_setting(f"budgets.{model}", budget)
-                for model, budget in dict(given["budgets"]).items()
-            })
-        if "pricing" in given:
-            given["pricing"] = _frozen({
-                model: price if isinstance(price, Price) else Price.from_setting(f"pricing.{model}", price)
-                for model, price in dict(given["pricing"]).items()
-            })
+        for name, kind in (("budgets", Budget), ("pricing", Price)):
+            if name in given:  # per model: a value, or a setting mapping to check and turn into one
+                given[name] = _frozen({
+                    model: value if isinstance(value, kind) else kind.from_setting(f"{name}.{model}", value)
+                    for model, value in dict(given[name]).items()
+                })
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])

@@ -101,7 +101,6 @@ class UpstreamReply:
 
 
 class Upstream(Protocol):
-    name: str  # "gateway" or "sdk"
     model: str  # what the upstream is asked for (the group, for a gateway)
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply: ...
@@ -124,8 +123,6 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 class ProxyUpstream:
     """A LiteLLM AI Gateway (proxy), called with a virtual key; `litellm_proxy/<group>` models."""
 
-    name = "gateway"
-
     def __init__(
         self,
         api_base: str,
@@ -139,8 +136,8 @@ class ProxyUpstream:
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
-        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._tagging = tagging
+        auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {**tagging.headers(), **auth}  # the run's, the same on every request
         self._idle = idle_timeout
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
         # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
@@ -149,7 +146,7 @@ class ProxyUpstream:
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
         request = self._client.build_request(
-            "POST", self.url, json=body, headers={**headers, **self._tagging.headers(), **self._auth}
+            "POST", self.url, json=body, headers={**headers, **self._headers}
         )
         try:
             response = await self._client.send(request, stream=True)
@@ -178,8 +175,6 @@ class ProxyUpstream:
 
 class SdkUpstream:
     """Any LiteLLM provider, called in-process through `litellm.acompletion`."""
-
-    name = "sdk"
 
     def __init__(self, model: str, api_base: str | None, api_key: str | None, tagging: Tagging, *,
                  idle_timeout: float = 300.0) -> None:
