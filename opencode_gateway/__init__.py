@@ -1,8 +1,11 @@
 """Run OpenCode on any LiteLLM model group, and know exactly what each run cost.
 
-    from opencode_gateway import run
+    from opencode_gateway import run, stream
     result = run("Add a test for parse()", model="openai/gpt-4o-mini", permissions="edit")
-    print(result.text, result.usage.input_tokens, result.cost)
+    print(result.text, result.usage.input_tokens, result.cost, result.files)
+
+    for event in stream("Fix the failing test", model="litellm_proxy/team-a"):
+        print(event.to_dict())          # text as it streams, tool calls, costs so far; last: Done
 
 Importing this package does not import litellm (it costs ~2.4 s); a run imports it when needed.
 """
@@ -14,33 +17,40 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     BudgetExceeded,
+    CapabilityUnsupported,
     ConfigConflict,
     GatewayError,
     LedgerError,
     OpenCodeError,
     OpenCodeFailed,
     OpenCodeNotFound,
+    OutputInvalid,
     PreflightError,
     RunTimeout,
     SettingsError,
     UpstreamError,
 )
+from .files import FileChange
 from .settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from .runner import RunResult, arun, run
+    from .result import RunResult
+    from .runner import arun, astream, run, stream
 
 # litellm must use its bundled price map, never fetch one from the internet.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __all__ = [
     "BudgetExceeded",
+    "CapabilityUnsupported",
     "ConfigConflict",
+    "FileChange",
     "GatewayError",
     "LedgerError",
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
+    "OutputInvalid",
     "PreflightError",
     "RunResult",
     "RunTimeout",
@@ -48,8 +58,10 @@ __all__ = [
     "SettingsError",
     "UpstreamError",
     "arun",
+    "astream",
     "load_settings",
     "run",
+    "stream",
 ]
 __version__ = "0.1.0"
 
@@ -57,7 +69,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # The run machinery pulls in starlette, uvicorn and httpx: load it on first use, so that
     # `import opencode_gateway` and the CLI's --help stay fast.
-    if name in ("RunResult", "arun", "run"):
+    if name in ("RunResult", "arun", "astream", "run", "stream"):
         from . import runner
 
         return getattr(runner, name)

@@ -35,8 +35,28 @@ def _metadata(pairs: Sequence[str], flag: str = "--metadata") -> dict[str, str]:
     return metadata
 
 
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+
+
+def _output_schema(path: str | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        schema = json.loads(_read(path, "output schema"))
+    except ValueError as exc:
+        raise SettingsError(f"the output schema file {path} is not JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise SettingsError(f"the output schema file {path} must hold a JSON object (a JSON schema)")
+    return schema
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     base = load_settings(args.config)
+    instructions = getattr(args, "instructions", None)
     return base.replace(
         model=args.model,
         api_base=getattr(args, "api_base", None),
@@ -46,6 +66,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         tags=(*base.tags, *args.tag) if getattr(args, "tag", None) else None,
         metadata={**base.metadata, **_metadata(args.metadata)} if getattr(args, "metadata", None) else None,
         agent=getattr(args, "agent", None),
+        instructions=_read(instructions, "instructions") if instructions else None,
+        skills=(*base.skills, *args.skill) if getattr(args, "skill", None) else None,
         timeout=getattr(args, "timeout", None),
         opencode_bin=getattr(args, "opencode_bin", None),
         ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
@@ -73,24 +95,33 @@ def _summary(result: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import run
+    from .errors import OutputInvalid
+    from .events import Done
+    from .runner import run, stream
 
     settings = _settings(args)
     prompt = sys.stdin.read() if args.prompt == ["-"] else " ".join(args.prompt)
-
-    def show(event: Any) -> None:
-        _print_json(event.to_dict(), sys.stderr)
-
-    result = run(
-        prompt, settings=settings, workdir=args.workdir, session_id=args.session,
-        on_event=show if args.show_events else None,
-    )
+    options: dict[str, Any] = {"settings": settings, "workdir": args.workdir, "session_id": args.session,
+                               "output": _output_schema(args.output_schema)}
+    try:
+        if args.show_events:
+            for event in stream(prompt, **options):
+                if isinstance(event, Done):
+                    result = event.result
+                else:
+                    _print_json(event.to_dict(), sys.stderr)
+        else:
+            result = run(prompt, **options)
+    except OutputInvalid as exc:
+        result = exc.result
     for warning in result.warnings:
         print(f"opencode-gateway: warning: {warning}", file=sys.stderr)
     if args.json:
         _print_json(result.to_dict())
     else:
-        if result.text:
+        if result.output is not None:
+            _print_json(result.output)
+        elif result.text:
             print(result.text)
         if result.error is not None:
             print(f"opencode-gateway: error: {result.error}", file=sys.stderr)
@@ -159,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="spend-log metadata")
     run.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra spend tag")
     run.add_argument("--agent", help="OpenCode agent (default: build)")
+    run.add_argument("--instructions", metavar="FILE", help="extra system instructions for the run, from a file")
+    run.add_argument("--skill", action="append", default=[], metavar="DIR",
+                     help="a skill folder (with a SKILL.md) the run may use; repeatable")
+    run.add_argument("--output-schema", metavar="FILE",
+                     help="a JSON schema file: the answer must end with a JSON object matching it (printed alone)")
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit of the run (default: 1800)")

@@ -5,14 +5,21 @@ Every message says what was wrong and what to do about it; the CLI prints it as 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .result import RunResult
+
 __all__ = [
     "BudgetExceeded",
+    "CapabilityUnsupported",
     "ConfigConflict",
     "GatewayError",
     "LedgerError",
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
+    "OutputInvalid",
     "PreflightError",
     "RunTimeout",
     "SettingsError",
@@ -37,6 +44,11 @@ class PreflightError(SettingsError):
 
 class ConfigConflict(SettingsError):
     """A user OpenCode config sets a key that opencode-gateway manages."""
+
+
+class CapabilityUnsupported(SettingsError):
+    """The caller asked for something OpenCode cannot do in a headless run; the message says why
+    and what to use instead."""
 
 
 class OpenCodeNotFound(GatewayError):
@@ -87,3 +99,16 @@ class BudgetExceeded(GatewayError):
 
 class RunTimeout(GatewayError):
     """The run exceeded its wall-clock limit and OpenCode was killed."""
+
+
+class OutputInvalid(GatewayError):
+    """The run finished, but its final answer holds no JSON object matching the requested output
+    schema. `raw_text` is the answer; `result` is the run's RunResult (its usage, cost, events)."""
+
+    def __init__(self, message: str, *, raw_text: str, result: RunResult) -> None:
+        super().__init__(message)
+        self.raw_text = raw_text
+        self.result = result
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "raw_text": self.raw_text}

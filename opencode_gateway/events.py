@@ -1,25 +1,53 @@
-"""Every event a run reports, in the order things happen: OpenCode's own (opencode/events.py) and
-the endpoint's (a request finished, an upstream call is being retried)."""
+"""Every event a run reports, in the order things happen: OpenCode's own (opencode/events.py), the
+endpoint's (text as the model streams it, a request finished, an upstream call being retried), and
+`Done`, the last one, which carries the RunResult.
+
+OpenCode 1.18 prints a text part only once it is complete, so live text comes from the endpoint,
+which sees the model's stream as it passes: `TextDelta` and `ReasoningDelta` pieces, followed later
+by OpenCode's whole `Text` (or `Reasoning`) for the same step.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .opencode.events import Error, Event, Reasoning, StepFinish, StepStart, Text, ToolCall, ToolResult
 
+if TYPE_CHECKING:
+    from .result import RunResult
+
 __all__ = [
+    "Done",
     "Error",
     "Event",
     "Reasoning",
+    "ReasoningDelta",
     "RequestFinished",
     "StepFinish",
     "StepStart",
     "Text",
+    "TextDelta",
     "ToolCall",
     "ToolResult",
     "UpstreamRetry",
 ]
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    """A piece of the answer, as the model streamed it (only while streaming the run's events)."""
+
+    type: ClassVar[str] = "text_delta"
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ReasoningDelta(Event):
+    """A piece of the model's reasoning, as it streamed it (only while streaming the run's events)."""
+
+    type: ClassVar[str] = "reasoning_delta"
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,3 +73,14 @@ class UpstreamRetry(Event):
     status_code: int = 0
     attempt: int = 0
     delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    """The run is over; the last event of a stream."""
+
+    type: ClassVar[str] = "done"
+    result: RunResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "session_id": self.session_id, "result": self.result.to_dict(events=False)}

@@ -1,13 +1,20 @@
 """One run, end to end: endpoint up, isolated config written, OpenCode run, result assembled.
 
-Data goes one way: Settings in, a RunResult out. OpenCode only ever learns the endpoint's loopback
-URL and a per-run token; the real keys stay in this process.
+Data goes one way: arguments and Settings in, events and a RunResult out. OpenCode only ever
+learns the endpoint's loopback URL and a per-run token; the real keys stay in this process.
+
+`run`, `arun`, `stream` and `astream` take the same arguments (`_prepare`'s). Everything that can
+be checked before OpenCode starts is checked there, and raises; what happens during the run is
+reported in the RunResult (`stop_reason`, `error`), except an invalid structured output, which
+raises OutputInvalid because the caller asked for a value the run did not give.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import contextlib
+import dataclasses
+import inspect
 import json
 import os
 import re
@@ -16,100 +23,46 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from . import _litellm
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
-from .accounting.records import RequestRecord, RunUsage, totals
+from .accounting.records import RequestRecord, totals
 from .errors import (
     BudgetExceeded,
+    CapabilityUnsupported,
     GatewayError,
     OpenCodeError,
     OpenCodeFailed,
+    OutputInvalid,
     RunTimeout,
     SettingsError,
     UpstreamError,
 )
-from .events import RequestFinished, UpstreamRetry
+from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
+from .files import FileChange, Snapshot, TooManyFiles
 from .gateway.app import Endpoint, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
 from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream, gateway_base, opencode_retries
 from .opencode import config as oc_config
-from .opencode.events import Error, Event, StepStart, Text
+from .opencode.events import Error, Event
 from .opencode.process import OpenCodeProcess, find_opencode, run_argv
+from .opencode.skills import Skill, install_skills, load_skills, skills_dir
+from .output import OutputSpec
+from .result import RunResult, final_text
 from .settings import GATEWAY_PREFIX, Settings
 
-__all__ = ["RunResult", "arun", "run"]
+__all__ = ["RunResult", "arun", "astream", "run", "stream"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
-
-@dataclass(frozen=True)
-class RunResult:
-    run_id: str
-    text: str  # the final answer: the text of the last step that produced text
-    session_id: str | None
-    stop_reason: str  # "done", "error", "timeout" or "budget_exceeded"
-    model: str
-    mode: str  # "sdk" or "gateway"
-    usage: RunUsage
-    cost: float | None  # USD; None when some request could not be priced
-    requests: tuple[RequestRecord, ...] = ()
-    events: tuple[Event, ...] = ()
-    error: GatewayError | None = None
-    warnings: tuple[str, ...] = ()
-    duration_s: float = 0.0
-
-    @property
-    def cost_sources(self) -> dict[str, int]:
-        """How many requests were priced from each source (reported, config, litellm, unpriced, ...)."""
-        return dict(collections.Counter(r.cost.source for r in self.requests))
-
-    @property
-    def ok(self) -> bool:
-        return self.stop_reason == "done"
-
-    def raise_for_error(self) -> RunResult:
-        """Raise the run's error, if it has one; return self otherwise."""
-        if self.error is not None:
-            raise self.error
-        return self
-
-    def to_dict(self, *, events: bool = True) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "run_id": self.run_id,
-            "text": self.text,
-            "session_id": self.session_id,
-            "stop_reason": self.stop_reason,
-            "model": self.model,
-            "mode": self.mode,
-            "usage": self.usage.to_dict(),
-            "cost": self.cost,
-            "cost_sources": self.cost_sources,
-            "error": self.error.to_dict() if self.error else None,
-            "warnings": list(self.warnings),
-            "duration_s": round(self.duration_s, 3),
-            "requests": [r.to_dict() for r in self.requests],
-        }
-        if events:
-            result["events"] = [e.to_dict() for e in self.events]
-        return result
-
-
-def _final_text(events: Sequence[Event]) -> str:
-    steps: list[list[str]] = [[]]
-    for event in events:
-        if isinstance(event, StepStart):
-            steps.append([])
-        elif isinstance(event, Text):
-            steps[-1].append(event.text)
-    return next(("".join(texts) for texts in reversed(steps) if texts), "")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def _group(settings: Settings) -> str:
@@ -150,7 +103,37 @@ def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit_c
     return None
 
 
-async def arun(
+@dataclass(frozen=True)
+class _Plan:
+    """A run that passed every check that can be made before OpenCode starts."""
+
+    settings: Settings
+    prompt: str
+    workdir: Path
+    binary: str
+    session_id: str | None
+    resumed_store: Path | None
+    skills: tuple[Skill, ...]
+    output: OutputSpec | None
+
+    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False) -> RunResult:
+        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text."""
+        settings = self.settings
+        if settings.mode == "gateway":
+            await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
+                                _group(settings))
+        ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
+        state = _RunState(self, ledger, on_event, deltas)
+        try:
+            return await state.execute()
+        except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
+            state.finish(self.session_id, "interrupted", type(exc).__name__)
+            raise
+        finally:
+            ledger.close()
+
+
+def _prepare(
     prompt: str,
     *,
     model: str | None = None,
@@ -162,21 +145,46 @@ async def arun(
     agent: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     tags: Sequence[str] | None = None,
+    instructions: str | None = None,
+    skills: Sequence[str | os.PathLike[str]] | None = None,
+    output: Any = None,
     session_id: str | None = None,
     timeout: float | None = None,
+    max_cost: float | None = None,
+    max_requests: int | None = None,
+    max_tokens: int | None = None,
     opencode_bin: str | None = None,
     settings: Settings | None = None,
-    on_event: Callable[[Event], None] | None = None,
-) -> RunResult:
+    tools: Any = None,
+    history: Any = None,
+) -> _Plan:
     """Run OpenCode once on `model` through a local endpoint and account for every request.
 
-    Arguments override `settings`. Problems found before OpenCode starts (bad settings, no
-    binary, unknown session) raise; what happens during the run is reported in the RunResult
-    (`stop_reason`, `error`; `raise_for_error()` raises it).
+    model: `litellm_proxy/<group>` (a LiteLLM gateway's model group) or any LiteLLM model string.
+    api_base, api_key: the gateway and its virtual key, or the provider's in SDK mode.
+    permissions: "read-only", "edit" or "full"; disable_tools: tool names to switch off.
+    metadata, tags: spend attribution (x-litellm-spend-logs-metadata, x-litellm-tags).
+    instructions: extra system instructions (text). skills: folders that each hold a SKILL.md.
+    output: a JSON schema (dict) or a pydantic model class; RunResult.output is the answer's
+        JSON object, validated, and OutputInvalid is raised when the run gives none.
+    session_id: an earlier RunResult.session_id, to continue that OpenCode session.
+    timeout, max_cost, max_requests, max_tokens: the run's limits.
+    settings: the rest (a Settings, e.g. from load_settings); the arguments above override it.
+    tools, history: not supported (CapabilityUnsupported says why).
     """
+    if tools is not None:
+        raise CapabilityUnsupported(
+            "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
+            "headless run cannot call back into Python; give the agent a command (it has bash) or a skill instead")
+    if history is not None:
+        raise CapabilityUnsupported(
+            "a conversation history cannot be injected: OpenCode keeps its own sessions; continue an earlier run "
+            "with session_id=<its RunResult.session_id>")
     settings = (settings or Settings()).replace(
         model=model, api_base=api_base, api_key=api_key, permissions=permissions, disable_tools=disable_tools,
-        agent=agent, metadata=metadata, tags=tags, timeout=timeout, opencode_bin=opencode_bin,
+        agent=agent, metadata=metadata, tags=tags, instructions=instructions,
+        skills=None if skills is None else [str(s) for s in skills], timeout=timeout, max_cost=max_cost,
+        max_requests=max_requests, max_tokens=max_tokens, opencode_bin=opencode_bin,
     ).validated()
     if not prompt.strip():
         raise SettingsError("the prompt is empty: give the task to run")
@@ -185,36 +193,113 @@ async def arun(
         raise SettingsError(f"workdir {cwd} is not a directory")
     oc_config.check_user_config(settings.opencode_config)
     oc_config.permission_rules(settings.permissions, settings.disable_tools)
+    loaded_skills = load_skills(settings.skills)
+    if loaded_skills and "skill" in settings.disable_tools:
+        raise SettingsError("skills were given but the skill tool is disabled: drop --disable-tool skill")
+    spec = None if output is None else OutputSpec.of(output)
     resumed_store = _session_store(settings, session_id) if session_id else None
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
-    binary = find_opencode(settings.opencode_bin)
-    if settings.mode == "gateway":
-        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key, _group(settings))
-    ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
-    state = _RunState(settings, ledger, on_event)
+    return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
+                 binary=find_opencode(settings.opencode_bin), session_id=session_id, resumed_store=resumed_store,
+                 skills=loaded_skills, output=spec)
+
+
+def _takes_run_options(function: Callable[..., T]) -> Callable[P, T]:
+    """Give `function` the signature of `_prepare` (for type checkers and help()): the four entry
+    points take the same arguments, written once."""
+    signature = inspect.signature(_prepare).replace(return_annotation=inspect.signature(function).return_annotation)
+    function.__signature__ = signature  # type: ignore[attr-defined]
+    function.__doc__ = f"{function.__doc__}\n\n{_prepare.__doc__}"
+    return function
+
+
+@_takes_run_options
+async def arun(prompt: str, **options: Any) -> RunResult:
+    """Run OpenCode once and return its RunResult."""
+    return await _prepare(prompt, **options).execute()
+
+
+@_takes_run_options
+async def astream(prompt: str, **options: Any) -> AsyncIterator[Event]:
+    """Run OpenCode once, yielding its events as they happen; the last is Done(result).
+
+    Leaving the loop early stops the run (OpenCode is killed, the ledger row closed)."""
+    plan = _prepare(prompt, **options)
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+    task = asyncio.ensure_future(plan.execute(queue.put_nowait, deltas=True))
+    task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
-        return await state.execute(prompt, cwd, binary, session_id, resumed_store)
-    except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
-        state.finish(session_id, "interrupted", type(exc).__name__)
-        raise
+        while (event := await queue.get()) is not None:
+            yield event
+        result = task.result()  # raises what the run raised (a preflight error, OutputInvalid, ...)
+        yield Done(result.session_id, result=result)
     finally:
-        ledger.close()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _no_running_loop(name: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"{name}() was called inside a running event loop: use `{instead}` instead")
+
+
+@_takes_run_options
+def run(prompt: str, **options: Any) -> RunResult:
+    """`arun` for code without an event loop."""
+    _no_running_loop("run", "await arun(...)")
+    return asyncio.run(arun(prompt, **options))
+
+
+@_takes_run_options
+def stream(prompt: str, **options: Any) -> Iterator[Event]:
+    """`astream` for code without an event loop: a plain iterator of events, ending with Done.
+
+    The run makes progress while the caller waits for the next event."""
+    _no_running_loop("stream", "async for event in astream(...)")
+    loop = asyncio.new_event_loop()
+    events = astream(prompt, **options)
+    try:
+        while True:
+            step: asyncio.Future[Event] = asyncio.ensure_future(anext(events), loop=loop)
+            try:
+                event = loop.run_until_complete(step)
+            except StopAsyncIteration:
+                return
+            except BaseException:  # Ctrl-C while the loop ran: cancel the step, which stops the run
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(step)
+                raise
+            yield event
+    finally:
+        loop.run_until_complete(events.aclose())  # type: ignore[attr-defined]
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 class _RunState:
     """One run while it goes: its records and events as they arrive, and the process to stop."""
 
-    def __init__(self, settings: Settings, ledger: Ledger, on_event: Callable[[Event], None] | None) -> None:
-        self.settings = settings
+    def __init__(self, plan: _Plan, ledger: Ledger, on_event: Callable[[Event], None] | None, deltas: bool) -> None:
+        self.plan = plan
+        self.settings = plan.settings
         self.ledger = ledger
         self.on_event = on_event
+        self.deltas = deltas
         self.run_id = "run_" + uuid.uuid4().hex
         self.records: list[RequestRecord] = []
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure, or the refusal, that ended the run
         self.process: OpenCodeProcess | None = None
-        self.budget = settings.budget
+        self.budget = plan.settings.budget
+        self.warnings: list[str] = []  # of the runner's own (a tree too big to snapshot)
         self.finished = False
 
     def admit(self) -> str | None:
@@ -241,6 +326,11 @@ class _RunState:
     def retrying(self, status_code: int, attempt: int, delay: float) -> None:
         self.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
 
+    def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
+        """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
+        if self.on_event is not None:
+            self.on_event(TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece))
+
     def seen(self, event: Event) -> None:
         self.events.append(event)
         if self.on_event is not None:
@@ -255,9 +345,34 @@ class _RunState:
                                stop_reason=stop_reason, error=error, usage=usage, cost=cost,
                                unpriced=sum(r.cost.usd is None for r in self.records))
 
-    async def execute(self, prompt: str, cwd: Path, binary: str, session_id: str | None,
-                      resumed_store: Path | None) -> RunResult:
-        settings = self.settings
+    def _write_private_dir(self, private: Path, token: str) -> tuple[Path, list[str]]:
+        """The token file, OpenCode's private dirs, the skills and the instructions file; returns
+        the token file and the instruction files for the config."""
+        plan = self.plan
+        token_file = private / "token"
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        for sub in ("home", "config", "cache", "state"):
+            (private / sub).mkdir(mode=0o700)
+        oc_config.seed_config_dir(private / "config")
+        install_skills(plan.skills, private / "config")
+        parts = [part for part in (self.settings.instructions, plan.output and plan.output.instructions()) if part]
+        if not parts:
+            return token_file, []
+        instructions = private / "instructions.md"
+        instructions.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+        return token_file, [str(instructions)]
+
+    async def _snapshot(self) -> Snapshot | None:
+        try:
+            return await asyncio.to_thread(Snapshot.take, self.plan.workdir,
+                                           max_file_bytes=self.settings.diff_max_bytes)
+        except TooManyFiles as exc:
+            self.warnings.append(f"file changes are not listed: {exc}")
+            return None
+
+    async def execute(self) -> RunResult:
+        plan, settings = self.plan, self.settings
         model = settings.model or ""
         # SDK mode calls litellm on the first request: import it (~2.4 s) while OpenCode starts. In
         # gateway mode a LiteLLM proxy reports each stream's cost, so litellm is imported only if a
@@ -270,49 +385,48 @@ class _RunState:
                           tag_metadata_keys=settings.tag_metadata_keys)
         upstream = _upstream(settings, tagging)
         self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=settings.mode,
-                              workdir=str(cwd), metadata=settings.metadata, tags=tagging.all_tags,
-                              session_id=session_id)
+                              workdir=str(plan.workdir), metadata=settings.metadata, tags=tagging.all_tags,
+                              session_id=plan.session_id)
         private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
         try:
-            token_file = private / "token"
-            token_file.write_text(token)
-            token_file.chmod(0o600)
-            data_home = resumed_store or private / "data"
-            for sub in ("home", "config", "cache", "state"):
-                (private / sub).mkdir(mode=0o700)
+            token_file, instruction_files = self._write_private_dir(private, token)
+            data_home = plan.resumed_store or private / "data"
             data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-            oc_config.seed_config_dir(private / "config")
+            before = await self._snapshot()
             app = create_app(Endpoint(
                 token=token, model=model, upstream=upstream, on_request=self.recorded,
                 secrets=(*real_secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
-                first_byte_timeout=settings.first_byte_timeout,
-                max_body_bytes=settings.max_body_bytes, admit=self.admit, on_retry=self.retrying,
+                first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
+                admit=self.admit, on_retry=self.retrying, on_text=self.streamed if self.deltas else None,
             ))
             async with EndpointServer(app) as server:
                 config = oc_config.build_config(
                     model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
                     permissions=settings.permissions, disable_tools=settings.disable_tools,
-                    user_config=settings.opencode_config,
+                    user_config=settings.opencode_config, instructions=instruction_files,
+                    readable_dirs=[str(skills_dir(private / "config"))] if plan.skills else [],
                 )
                 (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
                 env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
                                           secrets=real_secrets)
-                argv = run_argv(binary, oc_config.opencode_model(model), settings.agent, session_id)
-                self.process = OpenCodeProcess(argv, env=env, cwd=cwd, prompt=prompt)
+                argv = run_argv(plan.binary, oc_config.opencode_model(model), settings.agent, plan.session_id)
+                self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt)
                 outcome = await self.process.run(self.seen, settings.timeout)
-            found_session = next((e.session_id for e in self.events if e.session_id), None) or session_id
-            if resumed_store is None and found_session and _SESSION_ID.match(found_session):
+            found_session = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
+            if plan.resumed_store is None and found_session and _SESSION_ID.match(found_session):
                 store = _session_store(settings, found_session)
                 store.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(data_home), store)
+            after = await self._snapshot() if before is not None else None
         finally:
             await upstream.aclose()
             shutil.rmtree(private, ignore_errors=True)
             if warm is not None and not warm.done():
                 warm.cancel()
 
+        files: tuple[FileChange, ...] = before.changes(after) if before is not None and after is not None else ()
         usage, cost, warnings = totals(self.records)
-        warnings += self.budget.overshoot(self.records)
+        warnings += (*self.budget.overshoot(self.records), *self.warnings)
         error: GatewayError | None
         if self.fatal is not None and self.fatal.cost.source == "refused":
             stop_reason = "budget_exceeded"
@@ -323,20 +437,22 @@ class _RunState:
         else:
             error = _run_error(self.events, self.records, outcome.exit_code, outcome.stderr_tail, self.fatal)
             stop_reason = "done" if error is None else "error"
-        self.finish(found_session, stop_reason, str(error) if error else None)
-        if self.ledger.failure is not None:
-            warnings += (f"the ledger could not record this run completely: {self.ledger.failure}",)
-        return RunResult(
-            run_id=self.run_id, text=_final_text(self.events), session_id=found_session, stop_reason=stop_reason,
-            model=model, mode=settings.mode, usage=usage, cost=cost, requests=tuple(self.records),
-            events=tuple(self.events), error=error, warnings=warnings, duration_s=time.monotonic() - started,
+        text = final_text(self.events)
+        spec = self.plan.output
+        output, problem = spec.parse(text) if spec is not None and stop_reason == "done" else (None, None)
+        result = RunResult(
+            run_id=self.run_id, text=text, session_id=found_session, stop_reason=stop_reason, model=model,
+            mode=settings.mode, usage=usage, cost=cost, requests=tuple(self.records), events=tuple(self.events),
+            error=error, warnings=warnings, duration_s=time.monotonic() - started, output=output, files=files,
         )
-
-
-def run(prompt: str, **kwargs: Any) -> RunResult:
-    """`arun` for code without an event loop; takes the same arguments."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(arun(prompt, **kwargs))
-    raise RuntimeError("run() was called inside a running event loop: use `await arun(...)` instead")
+        if problem is not None:
+            error = OutputInvalid(f"{problem} (the answer is in the error's raw_text)", raw_text=text, result=result)
+            result = dataclasses.replace(result, stop_reason="error", error=error)
+        self.finish(found_session, result.stop_reason, None if error is None else str(error))
+        if self.ledger.failure is not None:
+            result = dataclasses.replace(result, warnings=(
+                *result.warnings, f"the ledger could not record this run completely: {self.ledger.failure}"))
+        if isinstance(error, OutputInvalid):
+            error.result = result  # the exception carries the run, and the run its exception
+            raise error
+        return result

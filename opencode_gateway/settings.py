@@ -56,6 +56,8 @@ class Settings:
     permissions: str = "full"
     disable_tools: tuple[str, ...] = ()
     agent: str = "build"
+    instructions: str | None = None  # extra system instructions for every run (text)
+    skills: tuple[str, ...] = ()  # skill folders (each with a SKILL.md) to give every run
     timeout: float = 1800.0
     opencode_bin: str | None = None
     opencode_config: Mapping[str, Any] = field(default_factory=_frozen)
@@ -71,6 +73,8 @@ class Settings:
     first_byte_timeout: float = 300.0
     idle_timeout: float = 300.0
     max_body_bytes: int = 32 * 1024 * 1024
+    diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff
+    ledger: Path | None = None  # None: <data_dir>/ledger.db
 
     @property
     def budget(self) -> Budget:
@@ -78,7 +82,6 @@ class Settings:
         model = self.model or ""
         default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
         return Budget(self.max_cost, self.max_requests, self.max_tokens).or_else(default)
-    ledger: Path | None = None  # None: <data_dir>/ledger.db
 
     @property
     def ledger_path(self) -> Path:
@@ -101,7 +104,7 @@ class Settings:
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])
-        for name in ("tags", "disable_tools", "tag_metadata_keys"):
+        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills"):
             if name in given:
                 given[name] = tuple(given[name])
         return dataclasses.replace(self, **given)
@@ -129,7 +132,7 @@ class Settings:
         for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} {getattr(self, name)} is invalid: give a number of seconds above 0")
-        for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes"):
+        for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise SettingsError(f"{name} {value} is invalid: give a number above 0")
@@ -154,6 +157,8 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "permissions": (str,),
     "disable_tools": (list,),
     "agent": (str,),
+    "instructions": (str,),
+    "skills": (list,),
     "timeout": (int, float),
     "opencode_bin": (str,),
     "opencode_config": (dict,),
@@ -169,6 +174,7 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "first_byte_timeout": (int, float),
     "idle_timeout": (int, float),
     "max_body_bytes": (int,),
+    "diff_max_bytes": (int,),
     "ledger": (str,),
 }
 
@@ -219,6 +225,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
+        if key == "skills" and isinstance(value, list):  # folders named in a settings file are found beside it
+            value = [str(file.parent / Path(folder).expanduser()) for folder in value]
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:
         return base.replace(**values)  # which checks prices and budgets

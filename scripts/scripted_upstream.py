@@ -121,6 +121,14 @@ class ScriptedUpstream:
         self.requests.clear()
         self.abandoned = 0
 
+    def wait_abandoned(self, count: int = 1, timeout: float = 5.0) -> int:
+        """How many streams were abandoned, once `count` were or `timeout` passed (a client's
+        going away is noticed on the server's next write)."""
+        deadline = time.monotonic() + timeout
+        while self.abandoned < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.abandoned
+
     def start(self) -> ScriptedUpstream:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -63,6 +63,9 @@ def test_config_out_writes_a_file(tmp_path: Path) -> None:
         (["config", "--config", "/nonexistent/config.yaml"], "cannot read the settings file"),
         (["frobnicate"], "invalid choice"),
         (["run", "-m", "m", "--no-such-flag", "hi"], "unrecognized arguments"),
+        (["run", "-m", "m", "--skill", "/nonexistent/skill", "hi"], "skill folder /nonexistent/skill does not exist"),
+        (["run", "-m", "m", "--instructions", "/nonexistent/rules.md", "hi"], "cannot read the instructions file"),
+        (["run", "-m", "m", "--output-schema", "/nonexistent/s.json", "hi"], "cannot read the output schema file"),
     ],
 )
 def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -127,3 +130,24 @@ def test_a_missing_binary_names_the_install_command(workdir: Path) -> None:
                  "--workdir", str(workdir), "hi")
     assert result.returncode == 1
     assert "npm install -g opencode-ai" in result.stderr and "--opencode-bin" in result.stderr
+
+
+@pytest.mark.e2e
+def test_output_schema_prints_the_answers_object_alone(upstream: ScriptedUpstream, opencode_bin: str,
+                                                       workdir: Path, tmp_path: Path) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "required": ["fixed"], "properties": {"fixed": {"type": "boolean"}}}))
+    upstream.script(Reply(text='Fixed it.\n{"fixed": true}'))
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
+                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "Fix it")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"fixed": True}
+
+    upstream.script(Reply(text="Could not fix it."))
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
+                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "--json",
+                 "Fix it")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["stop_reason"] == "error" and data["output"] is None
+    assert data["error"]["type"] == "OutputInvalid" and data["error"]["raw_text"] == "Could not fix it."

@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from litellm_proxy import LiteLLMProxy, ProxyError, groups
-from opencode_gateway import arun, run
+from opencode_gateway import arun, run, stream
 from opencode_gateway.errors import PreflightError, UpstreamError
+from opencode_gateway.events import Done
 from opencode_gateway.gateway.app import Endpoint, create_app
 from opencode_gateway.gateway.server import EndpointServer
 from opencode_gateway.gateway.tagging import Tagging
@@ -79,12 +80,13 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
               usage=usage(12_000, 80, cached=9_000)),
         Reply(text="Done.", usage=usage(12_400, 12, cached=11_500)),
     )
-    shown: list[str] = []
     caplog.set_level(logging.DEBUG)
-    result = run("Write a.py", model="litellm_proxy/team-a", api_base=proxy.url, api_key=key,
-                 metadata={"ticket": "ENG-412"}, workdir=workdir, settings=settings,
-                 on_event=lambda e: shown.append(json.dumps(e.to_dict())))
-    assert result.ok, result.error
+    events = list(stream("Write a.py", model="litellm_proxy/team-a", api_base=proxy.url, api_key=key,
+                         metadata={"ticket": "ENG-412"}, workdir=workdir, settings=settings))
+    shown = [json.dumps(e.to_dict()) for e in events]
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.ok, done.result.error
+    result = done.result
     assert (workdir / "a.py").exists()
     assert result.cost_sources == {"reported": 2}  # the proxy's usage.cost in the stream
     rows = spend_rows(proxy, result.run_id, expected=2)

@@ -97,3 +97,12 @@ def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(example).validated()
     assert settings.mode == "gateway" and settings.api_key == "sk-virtual"
     assert dict(settings.metadata) == {"ticket": "ENG-412"}
+
+
+def test_skill_folders_in_a_file_are_found_beside_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "skills: [skills/notes, /abs/other]\ninstructions: Prefer small diffs.\n"
+                 "diff_max_bytes: 1000\n")
+    settings = load_settings(path)
+    assert settings.skills == (str(tmp_path / "skills" / "notes"), "/abs/other")
+    assert settings.instructions == "Prefer small diffs."
+    assert settings.diff_max_bytes == 1000

@@ -9,7 +9,7 @@ totals, which is how OpenAI counts and how LiteLLM prices.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -117,13 +117,16 @@ class StreamUsageReader:
 
     Only lines that can matter are decoded: the first chunk (for the model that answered and the
     call's id) and chunks that mention usage or an error; with `collect_text`, every chunk, to keep
-    the answer's text for a token estimate. The last non-empty usage wins, so a usage object that
-    arrives before the final chunk, or is repeated, is still counted once.
+    the answer's text for a token estimate; with `on_text`, every chunk, to pass each piece of text
+    and reasoning on as it arrives (`on_text("text" | "reasoning", piece)`). The last non-empty
+    usage wins, so a usage object that arrives before the final chunk, or is repeated, is still
+    counted once.
     """
 
-    def __init__(self, *, collect_text: bool = False) -> None:
+    def __init__(self, *, collect_text: bool = False, on_text: Callable[[str, str], None] | None = None) -> None:
         self._pending = b""
         self._collect = collect_text
+        self._on_text = on_text
         self._text: list[str] = []
         self.usage: Usage | None = None
         self.model: str | None = None
@@ -159,7 +162,7 @@ class StreamUsageReader:
         if payload == b"[DONE]":
             self.done = True
             return
-        if (self.model is not None and not self._collect and b'"usage"' not in payload
+        if (self.model is not None and not self._collect and self._on_text is None and b'"usage"' not in payload
                 and b'"error"' not in payload):
             return
         try:
@@ -171,8 +174,8 @@ class StreamUsageReader:
         if self.model is None and isinstance(event.get("model"), str):
             self.model = event["model"]
             self.response_id = event.get("id") if isinstance(event.get("id"), str) else None
-        if self._collect:
-            self._collect_text(event)
+        if self._collect or self._on_text is not None:
+            self._read_deltas(event)
         if isinstance(event.get("usage"), Mapping):
             usage = Usage.from_mapping(event["usage"])
             if not usage.is_empty or usage.reported_cost is not None:
@@ -180,14 +183,20 @@ class StreamUsageReader:
         if isinstance(event.get("error"), Mapping):
             self.error = event["error"]
 
-    def _collect_text(self, event: Mapping[str, Any]) -> None:
+    def _read_deltas(self, event: Mapping[str, Any]) -> None:
         for choice in event.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, Mapping) else None
             if not isinstance(delta, Mapping):
                 continue
-            for key in ("content", "reasoning_content"):
-                if isinstance(delta.get(key), str):
-                    self._text.append(delta[key])
+            content, reasoning = delta.get("content"), delta.get("reasoning_content", delta.get("reasoning"))
+            if self._on_text is not None:
+                if isinstance(content, str) and content:
+                    self._on_text("text", content)
+                if isinstance(reasoning, str) and reasoning:
+                    self._on_text("reasoning", reasoning)
+            if not self._collect:
+                continue
+            self._text.extend(piece for piece in (content, reasoning) if isinstance(piece, str))
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") if isinstance(call, Mapping) else None
                 if isinstance(function, Mapping):

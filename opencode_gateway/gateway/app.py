@@ -67,6 +67,8 @@ class Endpoint:
     max_body_bytes: int = 32 * 1024 * 1024
     admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
+    # Each piece of streamed text or reasoning as it passes: (OpenCode session, "text" | "reasoning", piece).
+    on_text: Callable[[str | None, str, str], None] | None = None
 
     def scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -247,7 +249,9 @@ class _Call:
         """Relay the stream as it comes. However it ends, OpenCode gets a well-formed ending (a
         stream cut or stalled upstream becomes an SSE error event, never a cut) and one record
         is made."""
-        reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage)
+        on_text = self.endpoint.on_text
+        reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage, on_text=None if on_text is None else
+                                   lambda kind, piece: on_text(self.session_id, kind, piece))
         failure: str | None = None
         ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
         try:

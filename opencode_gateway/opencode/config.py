@@ -81,16 +81,22 @@ def opencode_model(model: str) -> str:
     return f"{PROVIDER_ID}/{model}"
 
 
-def permission_rules(mode: str, disable_tools: Iterable[str] = ()) -> dict[str, str]:
+def permission_rules(mode: str, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
     """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
-    them from the tools offered to the model)."""
+    them from the tools offered to the model). `readable_dirs` lie outside the workdir but may be
+    read in every mode: the run's skills, whose files a skill tells the model to read."""
     check_permissions(mode)
+    rules: dict[str, Any]
     if mode == "full":
         rules = {"*": "allow"}
     else:
         rules = {"*": "deny", **dict.fromkeys(_READ_ONLY_ALLOWED, "allow")}
         if mode == "edit":
             rules["edit"] = "allow"
+        # OpenCode allows its skill dirs itself, but our "*": "deny" comes later and would win.
+        outside = {f"{directory}/*": "allow" for directory in readable_dirs}
+        if outside:
+            rules["external_directory"] = {"*": "deny", **outside}
     rules.update(_NEVER_ASK)
     for tool in disable_tools:
         if tool not in TOOLS:
@@ -134,9 +140,12 @@ def build_config(
     permissions: str = "full",
     disable_tools: Sequence[str] = (),
     user_config: Mapping[str, Any] | None = None,
+    instructions: Sequence[str] = (),
+    readable_dirs: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
-    reference such as `{file:/private/token}`, never a key."""
+    reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
+    to the system prompt, after any the user's config lists."""
     user_config = user_config or {}
     check_user_config(user_config)
     managed = {
@@ -153,8 +162,10 @@ def build_config(
         "small_model": opencode_model(model),
         "autoupdate": False,
         "share": "disabled",
-        "permission": permission_rules(permissions, disable_tools),
+        "permission": permission_rules(permissions, disable_tools, readable_dirs),
     }
+    if instructions:
+        managed["instructions"] = [*user_config.get("instructions", ()), *instructions]
     return _merge(user_config, managed)
 
 

@@ -97,3 +97,17 @@ def test_body_usage() -> None:
 
 def test_usages_add_up() -> None:
     assert Usage(1, 2, 3, 4, 5) + Usage(10, 20, 30, 40, 50) == Usage(11, 22, 33, 44, 55)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_text_and_reasoning_pieces_are_passed_on_in_order_whatever_the_split(cuts: list[int]) -> None:
+    thinking = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "Hmm. "}}]}
+    data = sse(thinking, chunk("Hel"), chunk("lo"), {"id": "c", "model": "m", "choices": [], "usage": USAGE})
+    pieces: list[tuple[str, str]] = []
+    reader = StreamUsageReader(on_text=lambda kind, piece: pieces.append((kind, piece)))
+    edges = [0, *sorted({min(c, len(data)) for c in cuts}), len(data)]
+    for start, end in zip(edges, edges[1:]):
+        reader.feed(data[start:end])
+    reader.close()
+    assert pieces == [("reasoning", "Hmm. "), ("text", "Hel"), ("text", "lo")]
+    assert reader.usage is not None and reader.usage.input_tokens == 100

@@ -142,3 +142,17 @@ def test_seeded_config_dir_marks_the_plugin_package_installed(tmp_path: Path) ->
     lock = json.loads((opencode / "package-lock.json").read_text())
     assert "node_modules/@opencode-ai/plugin" in lock["packages"]
     assert json.loads((opencode / "node_modules/@opencode-ai/plugin/package.json").read_text())["version"]
+
+
+def test_instruction_files_follow_the_users_own() -> None:
+    config = build_config(**BASE, user_config={"instructions": ["/team/STYLE.md"]}, instructions=["/private/run.md"])
+    assert config["instructions"] == ["/team/STYLE.md", "/private/run.md"]
+    assert "instructions" not in build_config(**BASE)
+
+
+def test_skill_dirs_stay_readable_when_everything_else_outside_is_denied() -> None:
+    rules = permission_rules("read-only", readable_dirs=["/private/config/opencode/skills"])
+    assert rules["external_directory"] == {"*": "deny", "/private/config/opencode/skills/*": "allow"}
+    assert list(rules).index("external_directory") > list(rules).index("*")  # the last matching rule wins
+    assert "external_directory" not in permission_rules("read-only")
+    assert permission_rules("full", readable_dirs=["/x"]) == permission_rules("full")  # "*": "allow" covers it

@@ -1,0 +1,83 @@
+"""What a run returns: its answer, how it ended, what it used and cost, what it changed."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .accounting.records import RequestRecord, RunUsage
+from .errors import GatewayError
+from .files import FileChange
+from .opencode.events import Event, StepStart, Text
+
+__all__ = ["RunResult", "final_text"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    text: str  # the final answer: the text of the last step that produced text
+    session_id: str | None
+    stop_reason: str  # "done", "error", "timeout", "budget_exceeded"
+    model: str
+    mode: str  # "sdk" or "gateway"
+    usage: RunUsage
+    cost: float | None  # USD; None when some request could not be priced
+    requests: tuple[RequestRecord, ...] = ()
+    events: tuple[Event, ...] = ()
+    error: GatewayError | None = None
+    warnings: tuple[str, ...] = ()
+    duration_s: float = 0.0
+    output: Any = None  # with output=: the validated JSON object (or pydantic model instance)
+    files: tuple[FileChange, ...] = ()  # what the run created, modified and deleted in its workdir
+
+    @property
+    def cost_sources(self) -> dict[str, int]:
+        """How many requests were priced from each source (reported, config, litellm, unpriced, ...)."""
+        return dict(collections.Counter(r.cost.source for r in self.requests))
+
+    @property
+    def ok(self) -> bool:
+        return self.stop_reason == "done"
+
+    def raise_for_error(self) -> RunResult:
+        """Raise the run's error, if it has one; return self otherwise."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def to_dict(self, *, events: bool = True) -> dict[str, Any]:
+        output = self.output.model_dump(mode="json") if hasattr(self.output, "model_dump") else self.output
+        result: dict[str, Any] = {
+            "run_id": self.run_id,
+            "text": self.text,
+            "output": output,
+            "session_id": self.session_id,
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            "mode": self.mode,
+            "usage": self.usage.to_dict(),
+            "cost": self.cost,
+            "cost_sources": self.cost_sources,
+            "error": self.error.to_dict() if self.error else None,
+            "warnings": list(self.warnings),
+            "duration_s": round(self.duration_s, 3),
+            "files": [f.to_dict() for f in self.files],
+            "requests": [r.to_dict() for r in self.requests],
+        }
+        if events:
+            result["events"] = [e.to_dict() for e in self.events]
+        return result
+
+
+def final_text(events: Sequence[Event]) -> str:
+    """The text of the last step that produced text: the answer, without earlier narration."""
+    steps: list[list[str]] = [[]]
+    for event in events:
+        if isinstance(event, StepStart):
+            steps.append([])
+        elif isinstance(event, Text):
+            steps[-1].append(event.text)
+    return next(("".join(texts) for texts in reversed(steps) if texts), "")

@@ -1,0 +1,94 @@
+"""File changes: a snapshot before the run, one after, and exactly what differs between them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway import files
+from opencode_gateway.files import FileChange, Snapshot, TooManyFiles
+
+
+def take(root: Path, max_file_bytes: int = 1024) -> Snapshot:
+    return Snapshot.take(root, max_file_bytes=max_file_bytes)
+
+
+def test_created_modified_and_deleted_files_with_their_diffs(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "keep.py").write_text("a = 1\nb = 2\n")
+    (tmp_path / "same.txt").write_text("untouched\n")
+    (tmp_path / "old.txt").write_text("bye\n")
+    before = take(tmp_path)
+    (tmp_path / "src" / "keep.py").write_text("a = 1\nb = 3\n")
+    (tmp_path / "old.txt").unlink()
+    (tmp_path / "new.txt").write_text("hello")
+    changes = before.changes(take(tmp_path))
+    assert changes == (
+        FileChange("new.txt", "created", "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello\n"
+                                         "\\ No newline at end of file\n"),
+        FileChange("old.txt", "deleted", "--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"),
+        FileChange("src/keep.py", "modified", "--- a/src/keep.py\n+++ b/src/keep.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n"
+                                              "+b = 3\n"),
+    )
+
+
+def test_a_file_rewritten_with_the_same_bytes_is_not_a_change(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("same\n")
+    before = take(tmp_path)
+    (tmp_path / "a.txt").write_text("same\n")
+    os.utime(tmp_path / "a.txt", ns=(1, 1))
+    assert before.changes(take(tmp_path)) == ()
+
+
+def test_binary_and_oversized_files_are_listed_without_a_diff(tmp_path: Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "big.txt").write_text("x" * 2000)
+    before = take(tmp_path)
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x02")
+    (tmp_path / "big.txt").write_text("y" * 2001)
+    assert before.changes(take(tmp_path)) == (FileChange("big.txt", "modified", None),
+                                              FileChange("blob.bin", "modified", None))
+
+
+def test_version_control_folders_are_not_walked(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    before = take(tmp_path)
+    (tmp_path / ".git" / "index").write_text("changed by git")
+    assert before.changes(take(tmp_path)) == ()
+
+
+def test_symlinks_are_compared_by_target_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not part of the workdir\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(outside)
+    before = take(work)
+    (outside / "secret.txt").write_text("changed\n")
+    assert before.changes(take(work)) == ()
+    (work / "link").unlink()
+    (work / "link").symlink_to(tmp_path)
+    assert before.changes(take(work)) == (FileChange("link", "modified", f"--- a/link\n+++ b/link\n@@ -1 +1 @@\n"
+                                                     f"-{outside}\n\\ No newline at end of file\n+{tmp_path}\n"
+                                                     "\\ No newline at end of file\n"),)
+
+
+def test_a_tree_with_too_many_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "MAX_FILES", 3)
+    for name in "abcd":
+        (tmp_path / name).write_text(name)
+    with pytest.raises(TooManyFiles, match="holds over 3 files"):
+        take(tmp_path)
+
+
+def test_past_the_memory_budget_files_are_compared_by_size_and_mtime(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "MAX_KEPT_BYTES", 10)
+    (tmp_path / "a.txt").write_text("0123456789")
+    (tmp_path / "b.txt").write_text("kept? no")
+    before = take(tmp_path)
+    (tmp_path / "b.txt").write_text("changed!")
+    assert [c.change for c in before.changes(take(tmp_path))] == ["modified"]
