@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 from .errors import GatewayError, SettingsError
 from .settings import PERMISSION_MODES, Settings, load_settings
 
+DEFAULT_PORT = 4141  # of `serve`
+
 __all__ = ["main"]
 
 
@@ -58,11 +60,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     base = load_settings(args.config)
     instructions = getattr(args, "instructions", None)
     return base.replace(
-        model=args.model,
+        model=getattr(args, "model", None),
         api_base=getattr(args, "api_base", None),
         api_key=getattr(args, "api_key", None),
-        permissions=args.permissions,
-        disable_tools=(*base.disable_tools, *args.disable_tool) if args.disable_tool else None,
+        permissions=getattr(args, "permissions", None),
+        disable_tools=(*base.disable_tools, *args.disable_tool) if getattr(args, "disable_tool", None) else None,
         tags=(*base.tags, *args.tag) if getattr(args, "tag", None) else None,
         metadata={**base.metadata, **_metadata(args.metadata)} if getattr(args, "metadata", None) else None,
         agent=getattr(args, "agent", None),
@@ -170,6 +172,94 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if lines and all(line.status == "ok" for line in lines) else 1
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .serve import serve
+
+    def announce(url: str, token_file: str) -> None:
+        print(f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
+              "`opencode-gateway opencode -m MODEL`; Ctrl-C stops", file=sys.stderr, flush=True)
+
+    asyncio.run(serve(_settings(args), host=args.host or "127.0.0.1", port=args.port,
+                      allow_remote=args.host is not None, on_ready=announce))
+    return 0
+
+
+def _launch_env(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
+    from .launch import launch_env
+    from .serve import ServerState
+
+    settings = _settings(args)
+    return settings, launch_env(settings, ServerState.read(settings.data_dir), workdir=Path.cwd())
+
+
+def _cmd_opencode(args: argparse.Namespace) -> int:
+    from .launch import run_opencode
+
+    settings, env = _launch_env(args)
+    arguments = args.opencode_args[1:] if args.opencode_args[:1] == ["--"] else args.opencode_args
+    run_opencode(settings, arguments, env)
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from .launch import shell_exports
+
+    _, env = _launch_env(args)
+    sys.stdout.write("# OpenCode on the running opencode-gateway server; use it in a subshell:\n"
+                     "#   ( eval \"$(opencode-gateway env -m MODEL)\"; opencode )\n" + shell_exports(env))
+    return 0
+
+
+def _cmd_batch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .batch import Batch, load_tasks, run_batch, summary
+
+    settings = _settings(args)
+    batch = Batch.of(Path(args.tasks), batch_id=args.batch_id,
+                     workdir_root=Path(args.workdir_root) if args.workdir_root else None,
+                     results_file=Path(args.out) if args.out else None)
+    tasks = load_tasks(batch.tasks_file)
+    outcomes = asyncio.run(run_batch(tasks, batch, settings, concurrency=args.concurrency, resume=args.resume))
+    skipped = len(tasks) - len(outcomes)
+    if args.json:
+        _print_json({"batch_id": batch.batch_id, "results_file": str(batch.results_file), "skipped": skipped,
+                     "tasks": [{"task_id": o.task_id, "ok": o.ok} for o in outcomes]})
+    else:
+        sys.stdout.write(summary(outcomes))
+        if skipped:
+            print(f"{skipped} task(s) finished in an earlier invocation were skipped (--resume)")
+        print(f"results: {batch.results_file}\nper run: opencode-gateway report --by run --where "
+              f"batch_id={batch.batch_id}")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def _upstream_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api-base", metavar="URL", help="gateway URL (litellm_proxy/ models) or provider API base")
+    parser.add_argument("--api-key", metavar="KEY", help="virtual key or provider key (prefer LITELLM_PROXY_API_KEY)")
+
+
+def _limit_flags(parser: argparse.ArgumentParser, of: str) -> None:
+    parser.add_argument("--timeout", type=float, metavar="S", help=f"wall-clock limit of {of} (default: 1800)")
+    parser.add_argument("--max-cost", type=float, metavar="USD", help=f"stop {of} before it spends more")
+    parser.add_argument("--max-requests", type=int, metavar="N", help=f"stop {of} after N upstream calls")
+    parser.add_argument("--max-tokens", type=int, metavar="N", help=f"stop {of} after N input+output tokens")
+
+
+def _ledger_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
+
+
+def _opencode_bin_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN or PATH)")
+
+
+def _attribution(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="spend-log metadata")
+    parser.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra spend tag")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
@@ -185,10 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run OpenCode once on a prompt")
     _common(run)
-    run.add_argument("--api-base", metavar="URL", help="gateway URL (litellm_proxy/ models) or provider API base")
-    run.add_argument("--api-key", metavar="KEY", help="virtual key or provider key (prefer LITELLM_PROXY_API_KEY)")
-    run.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="spend-log metadata")
-    run.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra spend tag")
+    _upstream_flags(run)
+    _attribution(run)
     run.add_argument("--agent", help="OpenCode agent (default: build)")
     run.add_argument("--instructions", metavar="FILE", help="extra system instructions for the run, from a file")
     run.add_argument("--skill", action="append", default=[], metavar="DIR",
@@ -197,16 +285,56 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a JSON schema file: the answer must end with a JSON object matching it (printed alone)")
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
-    run.add_argument("--timeout", type=float, metavar="S", help="wall-clock limit of the run (default: 1800)")
-    run.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN or PATH)")
-    run.add_argument("--max-cost", type=float, metavar="USD", help="stop the run before it spends more")
-    run.add_argument("--max-requests", type=int, metavar="N", help="stop the run after N upstream calls")
-    run.add_argument("--max-tokens", type=int, metavar="N", help="stop the run after N input+output tokens")
-    run.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
+    _limit_flags(run, "the run")
+    _opencode_bin_flag(run)
+    _ledger_flag(run)
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen")
     run.add_argument("prompt", nargs="+", help="the task; - reads it from stdin")
     run.set_defaults(handler=_cmd_run)
+
+    batch = commands.add_parser("batch", help="run many tasks from a JSONL file, N at a time, with progress")
+    batch.add_argument("tasks", metavar="TASKS.jsonl", help="one task a line: {\"id\", \"prompt\", optional "
+                       "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
+                       "output, timeout, max_cost, max_requests, max_tokens}")
+    _common(batch)
+    _attribution(batch)
+    batch.add_argument("--concurrency", type=int, default=4, metavar="N", help="tasks at a time (default: 4)")
+    batch.add_argument("--workdir-root", metavar="DIR",
+                       help="where each task's fresh workdir is made (default: TASKS.work/ beside the file)")
+    batch.add_argument("--out", metavar="FILE", help="results, one JSON line a task (default: TASKS.results.jsonl)")
+    batch.add_argument("--resume", action="store_true", help="skip the tasks that finished in an earlier invocation")
+    batch.add_argument("--batch-id", metavar="ID", help="the batch's id in the ledger (default: from the file's path)")
+    _upstream_flags(batch)
+    _limit_flags(batch, "each run")
+    _opencode_bin_flag(batch)
+    _ledger_flag(batch)
+    batch.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+    batch.set_defaults(handler=_cmd_batch)
+
+    serve = commands.add_parser("serve", help="run the endpoint as a long-lived server, for OpenCode's TUI")
+    serve.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
+    serve.add_argument("--host", metavar="ADDR", help="address to listen on (default: 127.0.0.1; others are "
+                                                       "reachable from the network, with the token as only guard)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
+                       help=f"port (default: {DEFAULT_PORT}; 0 picks a free one)")
+    _upstream_flags(serve)
+    _ledger_flag(serve)
+    serve.set_defaults(handler=_cmd_serve)
+
+    for name, help_text, handler in (
+        ("opencode", "launch OpenCode (the TUI, or any OpenCode command after --) on the running server",
+         _cmd_opencode),
+        ("env", "print the shell exports that wire OpenCode to the running server", _cmd_env),
+    ):
+        launcher = commands.add_parser(name, help=help_text)
+        _common(launcher)
+        _attribution(launcher)
+        _opencode_bin_flag(launcher)
+        if name == "opencode":
+            launcher.add_argument("opencode_args", nargs=argparse.REMAINDER, metavar="-- OPENCODE ARGS",
+                                  help="arguments for opencode (default: none, the TUI)")
+        launcher.set_defaults(handler=handler)
 
     config = commands.add_parser("config", help="print the isolated opencode.json a run would use")
     _common(config)
@@ -221,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="only runs whose metadata KEY is VALUE")
     report.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    report.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
+    _ledger_flag(report)
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
     report.add_argument("--reconcile", action="store_true",
                         help="compare each request's cost with the gateway's spend log (exit 1 on any difference)")

@@ -45,7 +45,7 @@ from .errors import (
 )
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
 from .files import FileChange, Snapshot, TooManyFiles
-from .gateway.app import Endpoint, create_app
+from .gateway.app import Endpoint, Target, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
@@ -58,7 +58,7 @@ from .output import OutputSpec
 from .result import RunResult, final_text
 from .settings import GATEWAY_PREFIX, Settings
 
-__all__ = ["RunResult", "arun", "astream", "run", "stream"]
+__all__ = ["RunResult", "arun", "astream", "check", "run", "stream", "upstream_for"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 P = ParamSpec("P")
@@ -69,12 +69,12 @@ def _group(settings: Settings) -> str:
     return (settings.model or "")[len(GATEWAY_PREFIX):]
 
 
-def _upstream(settings: Settings, tagging: Tagging) -> Upstream:
-    if settings.mode == "gateway":
-        return ProxyUpstream(settings.gateway_api_base or "", _group(settings), settings.gateway_api_key, tagging,
+def upstream_for(settings: Settings, model: str) -> Upstream:
+    """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
+    if model.startswith(GATEWAY_PREFIX):
+        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
                              connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
-    return SdkUpstream(settings.model or "", settings.api_base, settings.api_key, tagging,
-                       idle_timeout=settings.idle_timeout)
+    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout)
 
 
 def _session_store(settings: Settings, session_id: str) -> Path:
@@ -215,6 +215,12 @@ def _takes_run_options(function: Callable[..., T]) -> Callable[P, T]:
 
 
 @_takes_run_options
+def check(prompt: str, **options: Any) -> None:
+    """Raise what `run` would raise before OpenCode starts, without running anything."""
+    _prepare(prompt, **options)
+
+
+@_takes_run_options
 async def arun(prompt: str, **options: Any) -> RunResult:
     """Run OpenCode once and return its RunResult."""
     return await _prepare(prompt, **options).execute()
@@ -341,9 +347,10 @@ class _RunState:
             return
         self.finished = True
         usage, cost, _ = totals(self.records)
-        self.ledger.finish_run(run_id=self.run_id, ended_at=time.time(), session_id=session_id,
+        self.ledger.update_run(run_id=self.run_id, ended_at=time.time(), session_id=session_id,
                                stop_reason=stop_reason, error=error, usage=usage, cost=cost,
                                unpriced=sum(r.cost.usd is None for r in self.records))
+        self.ledger.flush()
 
     def _write_private_dir(self, private: Path, token: str) -> tuple[Path, list[str]]:
         """The token file, OpenCode's private dirs, the skills and the instructions file; returns
@@ -383,7 +390,7 @@ class _RunState:
         real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
         tagging = Tagging(settings.tags, settings.metadata, session_id=self.run_id,
                           tag_metadata_keys=settings.tag_metadata_keys)
-        upstream = _upstream(settings, tagging)
+        upstream = upstream_for(settings, model)
         self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=settings.mode,
                               workdir=str(plan.workdir), metadata=settings.metadata, tags=tagging.all_tags,
                               session_id=plan.session_id)
@@ -394,10 +401,10 @@ class _RunState:
             data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
             before = await self._snapshot()
             app = create_app(Endpoint(
-                token=token, model=model, upstream=upstream, on_request=self.recorded,
+                token=token, target=Target(model, upstream, tagging, self.recorded, self.admit),
                 secrets=(*real_secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
-                admit=self.admit, on_retry=self.retrying, on_text=self.streamed if self.deltas else None,
+                on_retry=self.retrying, on_text=self.streamed if self.deltas else None,
             ))
             async with EndpointServer(app) as server:
                 config = oc_config.build_config(

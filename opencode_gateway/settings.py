@@ -79,7 +79,10 @@ class Settings:
     @property
     def budget(self) -> Budget:
         """The run's limits: the ones set directly, else the model's (or its group's) defaults."""
-        model = self.model or ""
+        return self.budget_for(self.model or "")
+
+    def budget_for(self, model: str) -> Budget:
+        """The limits of a run on `model`."""
         default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
         return Budget(self.max_cost, self.max_requests, self.max_tokens).or_else(default)
 

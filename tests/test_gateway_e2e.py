@@ -22,7 +22,7 @@ from litellm_proxy import LiteLLMProxy, ProxyError, groups
 from opencode_gateway import arun, run, stream
 from opencode_gateway.errors import PreflightError, UpstreamError
 from opencode_gateway.events import Done
-from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.app import Endpoint, Target, create_app
 from opencode_gateway.gateway.server import EndpointServer
 from opencode_gateway.gateway.tagging import Tagging
 from opencode_gateway.gateway.upstream import ProxyUpstream
@@ -172,9 +172,10 @@ async def test_spoofed_tags_and_metadata_never_reach_the_spend_log(proxy: LiteLL
                                                                    upstream: ScriptedUpstream) -> None:
     key = new_key(proxy, models=["team-a"])
     session = "run_spoof_test"
-    upstream_ = ProxyUpstream(proxy.url, "team-a", key, Tagging(("ours",), {"ticket": "ENG-1"}, session_id=session))
-    endpoint = Endpoint(token="run-token", model="litellm_proxy/team-a", upstream=upstream_,
-                        on_request=lambda record: None, secrets=(key,))
+    upstream_ = ProxyUpstream(proxy.url, "team-a", key)
+    tagging = Tagging(("ours",), {"ticket": "ENG-1"}, session_id=session)
+    endpoint = Endpoint(token="run-token", target=Target("litellm_proxy/team-a", upstream_, tagging, lambda record: None),
+                        secrets=(key,))
     upstream.script(Reply(text="a"), Reply(text="b"))
     async with EndpointServer(create_app(endpoint)) as server, httpx.AsyncClient(timeout=60) as client:
         headers = {"authorization": "Bearer run-token", "x-litellm-tags": "free-lunch",

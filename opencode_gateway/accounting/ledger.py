@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from ..errors import LedgerError
 from .records import RequestRecord, RunUsage
 
-__all__ = ["SCHEMA_VERSION", "Ledger", "connect"]
+__all__ = ["SCHEMA_VERSION", "Ledger", "connect", "finished_values"]
 
 T = TypeVar("T")
 
@@ -114,6 +114,24 @@ def connect(path: Path, *, migrate: bool = True, timeout: float = 5.0) -> sqlite
         raise LedgerError(f"ledger {path}: {exc.strerror}") from exc
 
 
+def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
+    """The values of metadata `key` among the runs that finished (stop_reason "done") and whose
+    metadata holds every `where` pair. An absent ledger has none."""
+    if not path.exists():
+        return set()
+    conditions = "".join(" AND json_extract(metadata, ?) = ?" for _ in where)
+    parameters = [f'$."{key}"', *(p for name, value in where.items() for p in (f'$."{name}"', value))]
+    connection = connect(path, migrate=False)
+    try:
+        rows = connection.execute(f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'"
+                                  f"{conditions}", parameters).fetchall()
+    except sqlite3.Error as exc:
+        raise _describe(path, exc) from exc
+    finally:
+        connection.close()
+    return {str(row[0]) for row in rows if row[0] is not None}
+
+
 class Ledger:
     """The write side. `record_request` never blocks; `close` waits for what is queued. Only the
     one worker thread uses the connection after it is opened."""
@@ -153,14 +171,15 @@ class Ledger:
                          record.cost.usd, record.cost.source, record.attempts, record.error, record.started_at,
                          record.ttfb_s, record.duration_s))
 
-    def finish_run(self, *, run_id: str, ended_at: float, session_id: str | None, stop_reason: str,
+    def update_run(self, *, run_id: str, ended_at: float, session_id: str | None, stop_reason: str | None,
                    error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:
+        """A run's totals and, once it has ended, how (`stop_reason`); never blocks."""
         self._submit(self._write, "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
                      "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
                      " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?",
                      (ended_at, session_id, stop_reason, error, usage.requests, usage.input_tokens,
                       usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens,
-                      cost, unpriced, run_id)).result()
+                      cost, unpriced, run_id))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "Group", "Report", "build_report", "parse_time"]
+__all__ = ["BUILT_IN_GROUPS", "Group", "Report", "build_report", "parse_time", "render_table"]
 
 BUILT_IN_GROUPS: Mapping[str, str] = {
     "model": "q.model",
@@ -72,10 +72,15 @@ class Report:
             writer.writerow(header)
             writer.writerows(cells)
             return out.getvalue()
-        widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
-        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-                 for row in [header, *cells]]
-        return "\n".join([*lines[:-1], "-" * len(lines[0]), lines[-1]]) + "\n"
+        return render_table(header, cells)
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns (the first to the left, the rest to the right), a rule above the last row."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in [header, *rows]]
+    return "\n".join([*lines[:-1], "-" * len(lines[0]), lines[-1]]) + "\n"
 
 
 def parse_time(text: str, *, end_of_day: bool = False) -> float:

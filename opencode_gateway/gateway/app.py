@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,10 @@ from starlette.routing import Route
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
-from .tagging import clean_body, forwarded_headers
+from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import StreamStalled, Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
-__all__ = ["Endpoint", "RetryPolicy", "create_app"]
+__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "create_app"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -51,24 +51,45 @@ class RetryPolicy:
         return max(0.0, min(wanted, self.max_delay))
 
 
+class BadRequest(Exception):
+    """A request the endpoint cannot route (answered 400 with this message)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes and whose it is: one for a whole run; one per OpenCode session when
+    a long-lived server serves many (serve.py)."""
+
+    model: str  # the model string, as the user gave it
+    upstream: Upstream
+    tagging: Tagging
+    on_request: Callable[[RequestRecord], None]
+    admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
+
+
+# Chooses the target of one request from its headers and its body's `model`; raises BadRequest.
+Targeting = Callable[[Mapping[str, str], Any], Target]
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """What the app needs: who may call it, where to forward, and where records go."""
 
     token: str
-    model: str  # the run's model string, as the user gave it
-    upstream: Upstream
-    on_request: Callable[[RequestRecord], None]
+    target: Target | Targeting
     secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
     retry: RetryPolicy = RetryPolicy()
     pricer: Pricer = Pricer()
     estimate_usage: bool = False  # estimate tokens of streams that report no usage
     first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
     max_body_bytes: int = 32 * 1024 * 1024
-    admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
     # Each piece of streamed text or reasoning as it passes: (OpenCode session, "text" | "reasoning", piece).
     on_text: Callable[[str | None, str, str], None] | None = None
+
+    def authorized(self, headers: Mapping[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), self.token.encode())
 
     def scrub(self, text: str) -> str:
         for secret in self.secrets:
@@ -94,10 +115,12 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-def create_app(endpoint: Endpoint) -> Starlette:
+def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None = None) -> Starlette:
+    """The endpoint's app; with `stats`, also `GET /stats` (JSON, token required). `GET /health`
+    answers anyone, and says nothing but that the endpoint is up."""
+
     def authorized(request: Request) -> bool:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), endpoint.token.encode())
+        return endpoint.authorized(request.headers)
 
     def unauthorized() -> Response:
         return _error("missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error")
@@ -105,8 +128,9 @@ def create_app(endpoint: Endpoint) -> Starlette:
     async def models(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        entry = {"id": endpoint.model, "object": "model", "created": 0, "owned_by": "opencode-gateway"}
-        return JSONResponse({"object": "list", "data": [entry]})
+        fixed = [endpoint.target.model] if isinstance(endpoint.target, Target) else []
+        entries = [{"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"} for model in fixed]
+        return JSONResponse({"object": "list", "data": entries})
 
     async def chat(request: Request) -> Response:
         if not authorized(request):
@@ -121,15 +145,20 @@ def create_app(endpoint: Endpoint) -> Starlette:
             return _error("request body is not valid JSON", 400, "invalid_request_error")
         if not isinstance(body, dict):
             return _error("request body must be a JSON object", 400, "invalid_request_error")
+        try:
+            target = (endpoint.target if isinstance(endpoint.target, Target)
+                      else endpoint.target(request.headers, body.get("model")))
+        except BadRequest as exc:
+            return _error(str(exc), 400, "invalid_request_error")
         body, dropped = clean_body(body)
         if dropped:
             log.debug("dropped request fields that would change attribution or routing: %s", ", ".join(dropped))
-        body["model"] = endpoint.upstream.model
+        body["model"] = target.upstream.model
         stream = bool(body.get("stream"))
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        call = _Call(endpoint, stream, body, request.headers.get("x-session-id"))
-        refusal = endpoint.admit() if endpoint.admit else None
+        call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
+        refusal = target.admit() if target.admit else None
         if refusal:
             call.record(429, None, Cost(0.0, "refused"), None, refusal)
             return _error(refusal, 429, "budget_exceeded")
@@ -141,6 +170,15 @@ def create_app(endpoint: Endpoint) -> Starlette:
                                      headers={"cache-control": "no-cache"})
         return await call.whole(reply)
 
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def statistics(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        assert stats is not None
+        return JSONResponse(stats())
+
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
@@ -151,15 +189,20 @@ def create_app(endpoint: Endpoint) -> Starlette:
         Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
     ]
+    if stats is not None:
+        routes.append(Route("/stats", statistics, methods=["GET"]))
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
 
 
 class _Call:
     """One request's timing and accounting, from forwarding to its record."""
 
-    def __init__(self, endpoint: Endpoint, stream: bool, body: dict[str, Any], session_id: str | None) -> None:
+    def __init__(self, endpoint: Endpoint, target: Target, stream: bool, body: dict[str, Any],
+                 session_id: str | None) -> None:
         self.endpoint = endpoint
+        self.target = target
         self.stream = stream
         self.body = body
         self.session_id = session_id
@@ -176,7 +219,7 @@ class _Call:
         for attempt in range(1, endpoint.retry.attempts + 1):
             self.attempts = attempt
             try:
-                reply = await asyncio.wait_for(endpoint.upstream.send(self.body, headers),
+                reply = await asyncio.wait_for(self.target.upstream.send(self.body, headers, self.target.tagging),
                                                endpoint.first_byte_timeout)
             except asyncio.TimeoutError:
                 message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
@@ -200,25 +243,25 @@ class _Call:
                error: str | None = None, *, usage_missing: bool = False, estimated: bool = False,
                response_id: str | None = None) -> None:
         record = RequestRecord(
-            request_id=self.request_id, model=self.endpoint.model, upstream_model=upstream_model,
+            request_id=self.request_id, model=self.target.model, upstream_model=upstream_model,
             status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
             duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
             error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
             estimated=estimated, response_id=response_id, session_id=self.session_id,
         )
-        self.endpoint.on_request(record)
+        self.target.on_request(record)
 
     def usage_or_estimate(self, usage: Usage | None, completion: str) -> tuple[Usage | None, bool]:
         """The reported usage, or (with estimate_usage) an estimate and True."""
         if usage is not None or not self.endpoint.estimate_usage:
             return usage, False
-        estimate = estimate_usage(self.endpoint.upstream.model, self.body.get("messages"), completion)
+        estimate = estimate_usage(self.target.upstream.model, self.body.get("messages"), completion)
         return estimate, estimate is not None
 
     def price(self, reply: UpstreamReply, usage: Usage | None, upstream_model: str | None) -> Cost:
         if usage is not None and not reply.reports_cost:
             usage = dataclasses.replace(usage, reported_cost=None)
-        names = [upstream_model or "", self.endpoint.model, self.endpoint.upstream.model]
+        names = [upstream_model or "", self.target.model, self.target.upstream.model]
         return self.endpoint.pricer.price(usage, names, header_cost=reply.header_cost)
 
     async def failed(self, reply: UpstreamReply) -> Response:

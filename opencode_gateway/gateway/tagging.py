@@ -7,6 +7,7 @@ metadata are added last, so they are the only ones the gateway sees.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ class Tagging:
         from_metadata = (f"{key}:{self.metadata[key]}" for key in self.tag_metadata_keys if key in self.metadata)
         return tuple(dict.fromkeys((*HARNESS_TAGS, *self.tags, *from_metadata)))
 
-    def headers(self) -> dict[str, str]:
-        """Headers for a LiteLLM gateway (proxy)."""
+    @functools.cached_property
+    def headers(self) -> Mapping[str, str]:
+        """Headers for a LiteLLM gateway (proxy); built once, sent with every request."""
         headers = {"x-litellm-tags": ",".join(self.all_tags)}
         if self.metadata:
             headers["x-litellm-spend-logs-metadata"] = json.dumps(dict(self.metadata), separators=(",", ":"))
@@ -67,11 +69,12 @@ class Tagging:
 
 
 def forwarded_headers(incoming: Mapping[str, str]) -> dict[str, str]:
-    """OpenCode's headers minus credentials, hop-by-hop headers and every x-litellm-* header."""
+    """OpenCode's headers minus credentials, hop-by-hop headers, every x-litellm-* header and our
+    own x-opencode-gateway-* launch headers."""
     return {
         name: value
         for name, value in incoming.items()
-        if name.lower() not in _NOT_FORWARDED and not name.lower().startswith("x-litellm-")
+        if name.lower() not in _NOT_FORWARDED and not name.lower().startswith(("x-litellm-", "x-opencode-gateway-"))
     }
 
 

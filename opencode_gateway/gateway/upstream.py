@@ -103,7 +103,7 @@ class UpstreamReply:
 class Upstream(Protocol):
     model: str  # what the upstream is asked for (the group, for a gateway)
 
-    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply: ...
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply: ...
 
     async def aclose(self) -> None: ...
 
@@ -128,7 +128,6 @@ class ProxyUpstream:
         api_base: str,
         group: str,
         api_key: str | None,
-        tagging: Tagging,
         *,
         connect_timeout: float = 10.0,
         idle_timeout: float = 300.0,
@@ -136,17 +135,16 @@ class ProxyUpstream:
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
-        auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._headers = {**tagging.headers(), **auth}  # the run's, the same on every request
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._idle = idle_timeout
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
         # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
         timeout = httpx.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=30.0)
         self._client = client or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
 
-    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         request = self._client.build_request(
-            "POST", self.url, json=body, headers={**headers, **self._headers}
+            "POST", self.url, json=body, headers={**headers, **tagging.headers, **self._auth}
         )
         try:
             response = await self._client.send(request, stream=True)
@@ -176,18 +174,16 @@ class ProxyUpstream:
 class SdkUpstream:
     """Any LiteLLM provider, called in-process through `litellm.acompletion`."""
 
-    def __init__(self, model: str, api_base: str | None, api_key: str | None, tagging: Tagging, *,
-                 idle_timeout: float = 300.0) -> None:
+    def __init__(self, model: str, api_base: str | None, api_key: str | None, *, idle_timeout: float = 300.0) -> None:
         self.model = model
         self._idle = idle_timeout
         self._credentials = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
-        self._tagging = tagging
         self._max_output: int | None | bool = False  # False: not looked up yet
 
-    async def send(self, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamReply:
+    async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         litellm = _litellm.load()
         # max_retries=0: the endpoint's RetryPolicy is the one retry layer, and it is recorded.
-        kwargs = {**body, "model": self.model, "metadata": self._tagging.sdk_metadata(), "drop_params": True,
+        kwargs = {**body, "model": self.model, "metadata": tagging.sdk_metadata(), "drop_params": True,
                   "max_retries": 0}
         kwargs.update(self._credentials)
         self._clamp_max_tokens(litellm, kwargs)

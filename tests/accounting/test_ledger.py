@@ -33,7 +33,7 @@ def test_runs_and_requests_are_written(tmp_path: Path) -> None:
     start(ledger, "run_1", {"ticket": "ENG-412"})
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("b", usage=None, cost=None, source="unpriced"))
-    ledger.finish_run(run_id="run_1", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None,
+    ledger.update_run(run_id="run_1", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None,
                       usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1), cost=0.001,
                       unpriced=1)
     ledger.close()

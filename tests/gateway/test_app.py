@@ -12,7 +12,7 @@ import pytest
 import respx
 
 from opencode_gateway.accounting.records import RequestRecord
-from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.app import Endpoint, Target, create_app
 from opencode_gateway.gateway.tagging import Tagging
 from opencode_gateway.gateway.upstream import ProxyUpstream
 
@@ -38,8 +38,9 @@ def records() -> list[RequestRecord]:
 
 @pytest.fixture
 async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClient]:
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging(("team-a",), {"ticket": "ENG-412"}))
-    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append,
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    tagging = Tagging(("team-a",), {"ticket": "ENG-412"})
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, tagging, records.append),
                         secrets=(VIRTUAL_KEY, TOKEN))
     transport = httpx.ASGITransport(app=create_app(endpoint))
     async with httpx.AsyncClient(transport=transport, base_url="http://endpoint") as c:
@@ -165,12 +166,12 @@ async def test_unknown_path_and_wrong_method_are_openai_shaped(client: httpx.Asy
 
 def test_gateway_url_accepts_a_base_with_or_without_v1() -> None:
     for base in ("http://gw:4000", "http://gw:4000/", "http://gw:4000/v1", "http://gw:4000/v1/"):
-        assert ProxyUpstream(base, "g", None, Tagging()).url == "http://gw:4000/v1/chat/completions"
+        assert ProxyUpstream(base, "g", None).url == "http://gw:4000/v1/chat/completions"
 
 
 def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
     tagging = Tagging(("nightly",), {"ticket": "ENG-412", "team": "a"}, session_id="run_1")
-    headers = tagging.headers()
+    headers = tagging.headers
     assert headers["x-litellm-tags"] == "harness,opencode,nightly,ticket:ENG-412"
     assert headers["x-litellm-session-id"] == "run_1"
     wider = Tagging((), {"ticket": "ENG-412", "team": "a"}, tag_metadata_keys=("ticket", "team"))
@@ -182,8 +183,8 @@ def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
 async def test_a_budget_error_is_not_retried(records: list[RequestRecord]) -> None:
     route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
         429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging())
-    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), records.append))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 429 and route.call_count == 1
@@ -196,8 +197,8 @@ async def test_a_429_is_retried_honouring_retry_after(records: list[RequestRecor
         httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
         httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
     ])
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, Tagging())
-    endpoint = Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=upstream, on_request=records.append)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), records.append))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         started = time.monotonic()
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)

@@ -16,7 +16,7 @@ from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import ConfigConflict, SettingsError
-from opencode_gateway.gateway.app import Endpoint, create_app
+from opencode_gateway.gateway.app import Endpoint, Target, create_app
 from opencode_gateway.gateway.server import EndpointServer
 from opencode_gateway.gateway.tagging import Tagging
 from opencode_gateway.gateway.upstream import ProxyUpstream
@@ -31,8 +31,9 @@ AUTH = {"authorization": f"Bearer {TOKEN}"}
 def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRecord] | None = None,
              **extra: Any) -> Endpoint:
     sink = records if records is not None else []
-    return Endpoint(token=TOKEN, model="litellm_proxy/coder", upstream=ProxyUpstream(upstream_url, "coder", "sk", Tagging()),
-                    on_request=sink.append, **extra)
+    admit = extra.pop("admit", None)
+    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk"), Tagging(), sink.append, admit)
+    return Endpoint(token=TOKEN, target=target, **extra)
 
 
 async def post(app: Any, **kwargs: Any) -> httpx.Response:
@@ -124,7 +125,8 @@ async def test_64_concurrent_streams_are_each_recorded_exactly(upstream: Scripte
                 "model": "x", "stream": True, "messages": [{"role": "user", "content": str(i)}]})
             return response.status_code
         statuses = await asyncio.gather(*(one(i) for i in range(64)))
-        await under_load.upstream.aclose()
+        assert isinstance(under_load.target, Target)
+        await under_load.target.upstream.aclose()
     assert statuses == [200] * 64
     assert len(records) == 64 and all(r.ok for r in records)
     assert sorted((r.usage.input_tokens, r.usage.output_tokens) for r in records if r.usage) == [

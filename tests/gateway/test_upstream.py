@@ -20,14 +20,14 @@ BODY = {"model": "ignored", "stream": True, "stream_options": {"include_usage": 
         "messages": [{"role": "user", "content": "hi"}]}
 
 
-def sdk(upstream: ScriptedUpstream, tagging: Tagging = Tagging()) -> SdkUpstream:
-    return SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-provider", tagging)
+def sdk(upstream: ScriptedUpstream) -> SdkUpstream:
+    return SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-provider")
 
 
 async def test_stream_carries_text_tool_call_deltas_and_usage(upstream: ScriptedUpstream) -> None:
     upstream.script(Reply(text="Writing it", tool_calls=[ToolCall("write", {"filePath": "/w/a.py", "content": "x"})],
                           usage=usage(1234, 56)))
-    reply = await sdk(upstream).send(dict(BODY), {})
+    reply = await sdk(upstream).send(dict(BODY), {}, Tagging())
     raw = await reply.read()
     reader = StreamUsageReader()
     reader.feed(raw)
@@ -60,7 +60,7 @@ async def test_litellm_callbacks_see_the_runs_tags_and_metadata(upstream: Script
     litellm.callbacks.append(capture)
     try:
         upstream.script(Reply(text="ok"))
-        reply = await sdk(upstream, Tagging(("team-a",), {"ticket": "ENG-412"})).send(dict(BODY), {})
+        reply = await sdk(upstream).send(dict(BODY), {}, Tagging(("team-a",), {"ticket": "ENG-412"}))
         await reply.read()
         for _ in range(100):  # litellm logs from a background task once the stream has ended
             if seen:
@@ -76,6 +76,6 @@ async def test_litellm_callbacks_see_the_runs_tags_and_metadata(upstream: Script
 
 async def test_provider_errors_keep_their_status(upstream: ScriptedUpstream) -> None:
     upstream.script(Reply(status=401, error="Invalid API key"))
-    reply = await sdk(upstream).send(dict(BODY, stream=False), {})
+    reply = await sdk(upstream).send(dict(BODY, stream=False), {}, Tagging())
     assert reply.status_code == 401
     assert "Invalid API key" in json.loads(await reply.read())["error"]["message"]

@@ -1,0 +1,327 @@
+"""Many runs, unattended: a JSONL file of tasks, each run in a fresh workdir, N at a time.
+
+Every task is checked before the first one starts (a bad line is named, nothing runs). A task
+that fails never stops the batch. Each result is appended to the results file as soon as its run
+ends, and the ledger knows each run's batch and task (metadata `batch_id`, `task_id`), so
+`--resume` reruns only what did not finish and `report --where batch_id=...` totals the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from .accounting.ledger import finished_values
+from .accounting.report import render_table
+from .errors import GatewayError, OutputInvalid, SettingsError
+from .events import Done, Event, RequestFinished
+from .result import RunResult
+from .runner import astream, check
+from .settings import Settings
+
+__all__ = ["Batch", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "summary"]
+
+_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+# A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
+_OPTIONS: Mapping[str, tuple[type, ...]] = {
+    "model": (str,), "metadata": (dict,), "tags": (list,), "workdir": (str,), "permissions": (str,),
+    "disable_tools": (list,), "agent": (str,), "instructions": (str,), "skills": (list,), "output": (dict,),
+    "timeout": (int, float), "max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,),
+}
+BATCH_KEYS = ("batch_id", "task_id")  # metadata the batch sets on every run
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    prompt: str
+    options: Mapping[str, Any] = field(default_factory=dict)  # run() arguments
+    template: Path | None = None  # a folder the task's fresh workdir starts as a copy of
+
+
+def _task(raw: Any, where: str, base: Path) -> Task:
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{where}: a task is a JSON object with an id and a prompt")
+    unknown = sorted(set(raw) - {"id", "prompt", *_OPTIONS})
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}; a task may have id, prompt, {', '.join(_OPTIONS)}")
+    task_id, prompt = raw.get("id"), raw.get("prompt")
+    if not isinstance(task_id, str) or not _ID.match(task_id):
+        raise SettingsError(f"{where}: id {task_id!r} is invalid: use letters, digits, . _ - (it names a folder)")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SettingsError(f"{where}: task {task_id} has no prompt")
+    options: dict[str, Any] = {}
+    for key, kinds in _OPTIONS.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise SettingsError(f"{where}: {key} must be {' or '.join(k.__name__ for k in kinds)}")
+        options[key] = value
+    for key in BATCH_KEYS:
+        if key in options.get("metadata", {}):
+            raise SettingsError(f"{where}: metadata {key} is set by the batch itself: rename that key")
+    if "skills" in options:  # folders named in the tasks file are found beside it
+        options["skills"] = [str(base / Path(folder).expanduser()) for folder in options["skills"]]
+    template = options.pop("workdir", None)
+    template_dir = None if template is None else (base / Path(template).expanduser()).resolve()
+    if template_dir is not None and not template_dir.is_dir():
+        raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
+    return Task(task_id, prompt, options, template_dir)
+
+
+def load_tasks(path: Path) -> tuple[Task, ...]:
+    """Every task of a JSONL file; SettingsError names the first bad line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"cannot read the tasks file {path}: {exc.strerror}") from None
+    tasks: dict[str, Task] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"{where}: not JSON ({exc.msg})") from None
+        task = _task(raw, where, path.parent)
+        if task.id in tasks:
+            raise SettingsError(f"{where}: task id {task.id} is used twice")
+        tasks[task.id] = task
+    if not tasks:
+        raise SettingsError(f"{path} holds no tasks: one JSON object a line, e.g. {{\"id\": \"t1\", \"prompt\": \"...\"}}")
+    return tuple(tasks.values())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One task's end: its RunResult, or the error that kept it from running."""
+
+    task_id: str
+    result: RunResult | None
+    error: GatewayError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.result is not None:
+            return {"task_id": self.task_id, **self.result.to_dict(events=False)}
+        error = self.error.to_dict() if self.error else None
+        return {"task_id": self.task_id, "stop_reason": "error", "error": error}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A tasks file and where its work goes."""
+
+    tasks_file: Path
+    batch_id: str
+    workdir_root: Path
+    results_file: Path
+
+    @classmethod
+    def of(cls, tasks_file: Path, *, batch_id: str | None = None, workdir_root: Path | None = None,
+           results_file: Path | None = None) -> Batch:
+        """Defaults beside the tasks file; the batch id is stable for a file, so --resume finds it."""
+        path = tasks_file.resolve()
+        stem = path.stem
+        default_id = f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        if batch_id is not None and not _ID.match(batch_id):
+            raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ -")
+        return cls(path, batch_id or default_id, (workdir_root or path.parent / f"{stem}.work").resolve(),
+                   (results_file or path.parent / f"{stem}.results.jsonl").resolve())
+
+
+class Progress:
+    """The batch's state on stderr: a line redrawn in place on a terminal, plain lines otherwise."""
+
+    def __init__(self, batch: Batch, total: int, concurrency: int, out: TextIO = sys.stderr,
+                 live: bool | None = None) -> None:
+        self.batch, self.total, self.concurrency, self.out = batch, total, concurrency, out
+        self.live = out.isatty() if live is None else live
+        self.started_at = time.monotonic()
+        self.running: dict[str, RequestFinished | None] = {}  # task -> its latest request's totals
+        self.outcomes: list[Outcome] = []
+        self.durations: list[float] = []
+
+    def started(self, task_id: str) -> None:
+        self.running[task_id] = None
+        if not self.live:
+            self._print(f"{task_id}: started")
+
+    def event(self, task_id: str, event: Event) -> None:
+        if isinstance(event, RequestFinished):
+            self.running[task_id] = event
+
+    def finished(self, outcome: Outcome, duration: float) -> None:
+        self.running.pop(outcome.task_id, None)
+        self.outcomes.append(outcome)
+        self.durations.append(duration)
+        result = outcome.result
+        if result is not None:
+            cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
+            detail = f"{result.usage.requests} requests · {cost}"
+        else:
+            detail = str(outcome.error)
+        status = "done" if outcome.ok else f"FAILED ({result.stop_reason if result else 'error'})"
+        self._print(f"{outcome.task_id}: {status} · {detail} · {duration:.1f} s")
+
+    def line(self) -> str:
+        done = sum(o.ok for o in self.outcomes)
+        failed = len(self.outcomes) - done
+        tokens = sum(o.result.usage.input_tokens + o.result.usage.output_tokens for o in self.outcomes if o.result)
+        tokens += sum(e.run_tokens for e in self.running.values() if e)
+        costs = [o.result.cost for o in self.outcomes if o.result] + [e.run_cost for e in self.running.values() if e]
+        cost = f"${sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else "")
+        left = self.total - len(self.outcomes)
+        eta = ""
+        if self.durations and left:
+            seconds = sum(self.durations) / len(self.durations) * left / self.concurrency
+            eta = f" · ETA {int(seconds // 60)}:{int(seconds % 60):02d}"
+        return (f"batch {self.batch.batch_id}: {done}/{self.total} done · {failed} failed · {len(self.running)} "
+                f"running · {tokens:,} tokens · {cost}{eta}")
+
+    def redraw(self) -> None:
+        if self.live:
+            self.out.write("\r\x1b[K" + self.line())
+            self.out.flush()
+
+    def _print(self, text: str) -> None:
+        self.out.write(("\r\x1b[K" if self.live else "") + text + "\n" + ("" if self.live else self.line() + "\n"))
+        self.redraw()
+
+    def close(self) -> None:
+        if self.live:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+
+
+def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
+    """The task's run() arguments: its metadata and tags add to the batch's."""
+    options = dict(task.options)
+    options["metadata"] = {**settings.metadata, **options.get("metadata", {}), "batch_id": batch.batch_id,
+                           "task_id": task.id}
+    options["tags"] = [*settings.tags, *options.get("tags", [])]
+    return options
+
+
+def summary(outcomes: Sequence[Outcome]) -> str:
+    """One row per task and a total: what a person reads when the batch is over."""
+    rows = []
+    for outcome in outcomes:
+        result = outcome.result
+        if result is None:
+            rows.append([outcome.task_id, "error", "0", "0", "0", "-", "0.0"])
+            continue
+        rows.append([outcome.task_id, result.stop_reason, str(result.usage.requests),
+                     f"{result.usage.input_tokens:,}", f"{result.usage.output_tokens:,}",
+                     "unknown" if result.cost is None else f"{result.cost:.6f}", f"{result.duration_s:.1f}"])
+    results = [o.result for o in outcomes if o.result is not None]
+    costs = [r.cost for r in results]
+    ok = sum(o.ok for o in outcomes)
+    rows.append([f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)", "", str(sum(r.usage.requests for r in results)),
+                 f"{sum(r.usage.input_tokens for r in results):,}", f"{sum(r.usage.output_tokens for r in results):,}",
+                 f"{sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else ""),
+                 f"{sum(r.duration_s for r in results):.1f}"])
+    return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
+
+
+def _fresh_workdir(task: Task, batch: Batch) -> Path:
+    workdir = batch.workdir_root / task.id
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    if task.template is not None:
+        shutil.copytree(task.template, workdir, symlinks=True)
+    else:
+        workdir.mkdir(parents=True)
+    return workdir
+
+
+async def _run_task(task: Task, batch: Batch, settings: Settings, progress: Progress) -> Outcome:
+    progress.started(task.id)
+    started = time.monotonic()
+    try:
+        workdir = _fresh_workdir(task, batch)
+        result = None
+        async for event in astream(task.prompt, settings=settings, workdir=workdir, **_options(task, batch, settings)):
+            progress.event(task.id, event)
+            if isinstance(event, Done):
+                result = event.result
+        outcome = Outcome(task.id, result)
+    except OutputInvalid as exc:
+        outcome = Outcome(task.id, exc.result)
+    except GatewayError as exc:
+        outcome = Outcome(task.id, None, exc)
+    except OSError as exc:  # its workdir could not be made
+        outcome = Outcome(task.id, None, GatewayError(f"cannot prepare the workdir of task {task.id}: {exc}"))
+    progress.finished(outcome, time.monotonic() - started)
+    return outcome
+
+
+async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, concurrency: int = 4,
+                    resume: bool = False, progress: Progress | None = None) -> list[Outcome]:
+    """Run the tasks (those not finished before, with `resume`), `concurrency` at a time; the
+    outcomes of this invocation, in the tasks' order."""
+    if concurrency < 1:
+        raise SettingsError(f"--concurrency {concurrency} is invalid: run at least 1 task at a time")
+    for task in tasks:  # everything that can be checked, before anything runs
+        try:
+            check(task.prompt, settings=settings, workdir=task.template or batch.tasks_file.parent,
+                  **_options(task, batch, settings))
+        except SettingsError as exc:
+            raise SettingsError(f"task {task.id}: {exc}") from None
+    finished = finished_values(settings.ledger_path, "task_id", {"batch_id": batch.batch_id}) if resume else set()
+    todo = [task for task in tasks if task.id not in finished]
+    kept = _kept_results(batch.results_file, finished) if resume else []
+    batch.results_file.parent.mkdir(parents=True, exist_ok=True)
+    batch.results_file.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    progress = progress or Progress(batch, len(todo), concurrency)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> Outcome:
+        async with gate:
+            outcome = await _run_task(task, batch, settings, progress)
+        with batch.results_file.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(outcome.to_dict(), ensure_ascii=False) + "\n")
+        return outcome
+
+    async def ticker() -> None:
+        while True:
+            progress.redraw()
+            await asyncio.sleep(0.5)
+
+    ticking = asyncio.ensure_future(ticker())
+    try:
+        return list(await asyncio.gather(*(one(task) for task in todo)))
+    finally:
+        ticking.cancel()
+        progress.close()
+
+
+def _kept_results(results_file: Path, finished: set[str]) -> list[str]:
+    """The lines of an earlier results file for tasks that finished: the last one of each."""
+    kept: dict[str, str] = {}
+    try:
+        lines = results_file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            task_id = json.loads(line).get("task_id")
+        except (ValueError, AttributeError):
+            continue
+        if task_id in finished:
+            kept[task_id] = line
+    return list(kept.values())

@@ -1,0 +1,57 @@
+"""OpenCode wired to a running `opencode-gateway serve`: the TUI, or any OpenCode command.
+
+The launched OpenCode gets the same isolation as a headless run (its config as content, project
+config off, private HOME and XDG dirs, no credentials in its environment), except that its dirs
+are kept under the data dir (`tui/`), so interactive sessions persist from one launch to the next.
+It knows only the server's loopback URL and the server's token file.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from .opencode import config as oc_config
+from .opencode.process import find_opencode
+from .serve import LAUNCH_HEADER, Launch, ServerState
+from .settings import Settings
+
+__all__ = ["launch_env", "run_opencode", "shell_exports"]
+
+
+def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
+               inherited: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment of an OpenCode launched against `server`, on `settings.model`."""
+    model = settings.validated().model or ""
+    private = settings.data_dir / "tui"
+    for sub in ("home", "config", "cache", "state", "data"):
+        (private / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+    oc_config.seed_config_dir(private / "config")
+    launch = Launch(settings.metadata, settings.tags, str(workdir))
+    config = oc_config.build_config(
+        model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{server.token_file}}}",
+        permissions=settings.permissions, disable_tools=settings.disable_tools, user_config=settings.opencode_config,
+        headers={LAUNCH_HEADER: launch.header()},
+    )
+    secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
+    env = oc_config.build_env(inherited, private_dir=private, data_dir=private / "data", config=config,
+                              secrets=secrets)
+    env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD
+    return env
+
+
+def run_opencode(settings: Settings, arguments: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up)."""
+    binary = find_opencode(settings.opencode_bin)
+    os.execve(binary, [binary, *arguments], dict(env))
+
+
+def shell_exports(env: Mapping[str, str], inherited: Mapping[str, str] = os.environ) -> str:
+    """Shell lines that turn `inherited` into `env`: exports of what differs, unsets of what goes."""
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())
+             if inherited.get(name) != value]
+    lines += [f"unset {name}" for name in sorted(inherited) if name not in env]
+    return "\n".join(lines) + "\n"

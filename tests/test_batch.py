@@ -1,0 +1,114 @@
+"""Batches without a model: the tasks file is checked whole before anything runs, the progress line
+and the summary say what happened, and a resumed batch keeps the results of finished tasks."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.accounting.records import RunUsage
+from opencode_gateway.batch import Batch, Outcome, Progress, load_tasks, summary
+from opencode_gateway.errors import SettingsError, UpstreamError
+from opencode_gateway.events import RequestFinished
+from opencode_gateway.result import RunResult
+
+
+def tasks_file(tmp_path: Path, *lines: object) -> Path:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def result(stop_reason: str = "done", cost: float | None = 0.25, requests: int = 2) -> RunResult:
+    return RunResult(run_id="run_x", text="", session_id=None, stop_reason=stop_reason, model="m", mode="sdk",
+                     usage=RunUsage(1000, 100, requests=requests), cost=cost, duration_s=12.0)
+
+
+def test_tasks_are_read_with_their_options_and_paths_beside_the_file(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    path = tasks_file(tmp_path, {"id": "t1", "prompt": "Fix it", "model": "openai/gpt-4o", "workdir": "repo",
+                                 "metadata": {"ticket": "ENG-1"}, "skills": ["skills/notes"], "max_cost": 1},
+                      "", {"id": "t2", "prompt": "Test it"})
+    first, second = load_tasks(path)
+    assert (first.id, first.prompt, first.template) == ("t1", "Fix it", tmp_path / "repo")
+    assert first.options == {"model": "openai/gpt-4o", "metadata": {"ticket": "ENG-1"},
+                             "skills": [str(tmp_path / "skills" / "notes")], "max_cost": 1}
+    assert (second.id, second.options, second.template) == ("t2", {}, None)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", "line 1: not JSON"),
+    ('["a list"]', "line 1: a task is a JSON object"),
+    ({"id": "t1"}, "task t1 has no prompt"),
+    ({"id": "../escape", "prompt": "x"}, "id '../escape' is invalid"),
+    ({"id": "t1", "prompt": "x", "modle": "m"}, "unknown key 'modle'"),
+    ({"id": "t1", "prompt": "x", "timeout": "soon"}, "timeout must be int or float"),
+    ({"id": "t1", "prompt": "x", "workdir": "absent"}, "is not a folder"),
+    ({"id": "t1", "prompt": "x", "metadata": {"task_id": "mine"}}, "metadata task_id is set by the batch itself"),
+])
+def test_a_bad_line_is_named(tmp_path: Path, line: object, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_tasks(tasks_file(tmp_path, line))
+
+
+def test_duplicate_ids_and_empty_files_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="line 2: task id t1 is used twice"):
+        load_tasks(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}, {"id": "t1", "prompt": "b"}))
+    with pytest.raises(SettingsError, match="holds no tasks"):
+        load_tasks(tasks_file(tmp_path, ""))
+
+
+def test_a_batch_lives_beside_its_file_under_a_stable_id(tmp_path: Path) -> None:
+    path = tasks_file(tmp_path, {"id": "t1", "prompt": "a"})
+    batch = Batch.of(path)
+    assert batch == Batch.of(path) and batch.batch_id.startswith("tasks-")
+    assert batch.workdir_root == tmp_path / "tasks.work"
+    assert batch.results_file == tmp_path / "tasks.results.jsonl"
+    with pytest.raises(SettingsError, match="batch id 'a b' is invalid"):
+        Batch.of(path, batch_id="a b")
+
+
+def test_progress_counts_done_failed_running_tokens_and_cost(tmp_path: Path) -> None:
+    out = io.StringIO()
+    progress = Progress(Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=4,
+                        concurrency=2, out=out)
+    assert not progress.live  # not a terminal: plain lines
+    progress.started("t1")
+    progress.started("t2")
+    progress.event("t2", RequestFinished(None, run_tokens=500, run_cost=0.01))
+    progress.finished(Outcome("t1", result()), 10.0)
+    assert progress.line() == ("batch b: 1/4 done · 0 failed · 1 running · 1,600 tokens · $0.260000 · ETA 0:15")
+    progress.finished(Outcome("t3", None, UpstreamError("refused", status_code=401)), 1.0)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "t1: started" and "t1: done · 2 requests · $0.250000 · 10.0 s" in lines
+    assert "t3: FAILED (error) · refused · 1.0 s" in lines
+    assert lines[-1].startswith("batch b: 1/4 done · 1 failed · 1 running")
+
+
+def test_the_summary_has_a_row_per_task_and_a_total() -> None:
+    table = summary([Outcome("t1", result()), Outcome("t2", result("timeout", cost=None, requests=1)),
+                     Outcome("t3", None, UpstreamError("refused", status_code=401))]).splitlines()
+    assert table[0].split() == ["task", "status", "requests", "input", "output", "cost_usd", "seconds"]
+    assert table[1].split() == ["t1", "done", "2", "1,000", "100", "0.250000", "12.0"]
+    assert table[2].split() == ["t2", "timeout", "1", "1,000", "100", "unknown", "12.0"]
+    assert table[3].split() == ["t3", "error", "0", "0", "0", "-", "0.0"]
+    assert table[-1].split() == ["TOTAL", "(1", "ok,", "2", "failed)", "3", "2,000", "200", "0.250000", "+",
+                                 "unpriced", "24.0"]
+
+
+def test_on_a_terminal_the_line_is_redrawn_in_place_under_the_finished_tasks(tmp_path: Path) -> None:
+    out = io.StringIO()
+    progress = Progress(Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=2,
+                        concurrency=1, out=out, live=True)
+    progress.started("t1")
+    progress.redraw()
+    progress.finished(Outcome("t1", result()), 3.0)
+    progress.close()
+    assert out.getvalue() == (
+        "\r\x1b[Kbatch b: 0/2 done · 0 failed · 1 running · 0 tokens · $0.000000"
+        "\r\x1b[Kt1: done · 2 requests · $0.250000 · 3.0 s\n"
+        "\r\x1b[Kbatch b: 1/2 done · 0 failed · 0 running · 1,100 tokens · $0.250000 · ETA 0:03"
+        "\r\x1b[K")

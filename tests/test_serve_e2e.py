@@ -1,0 +1,127 @@
+"""`serve` end to end: a real `opencode-gateway serve` process, real OpenCode sessions launched
+through `opencode-gateway opencode`, the scripted model behind. Every session is one ledger run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from opencode_gateway import _litellm
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+pytestmark = pytest.mark.e2e
+CLI = [sys.executable, "-m", "opencode_gateway"]
+
+
+@pytest.fixture
+def gateway_home(tmp_path: Path) -> Path:
+    return tmp_path / "gateway-home"
+
+
+@pytest.fixture
+def env(gateway_home: Path, opencode_bin: str) -> dict[str, str]:
+    return {**os.environ, "OPENCODE_GATEWAY_HOME": str(gateway_home), "OPENCODE_BIN": opencode_bin}
+
+
+@pytest.fixture
+def server(upstream: ScriptedUpstream, gateway_home: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen([*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
+                               env=env, stderr=subprocess.PIPE, text=True)
+    state = gateway_home / "serve" / "server.json"
+    deadline = time.monotonic() + 30
+    while not state.exists():
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "serve did not start within 30 s"
+        time.sleep(0.1)
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+def launch(env: dict[str, str], workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", *args], env=env, cwd=workdir,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+
+def sessions(stdout: str) -> set[str]:
+    return {json.loads(line)["sessionID"] for line in stdout.splitlines() if line.startswith("{")}
+
+
+def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,
+    workdir: Path
+) -> None:
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "x"})], usage=usage(1000, 40)),
+        Reply(text="First done.", usage=usage(1300, 12)),
+        Reply(text="Second done.", usage=usage(800, 5)),
+    )
+    first = launch(env, workdir, "--metadata", "ticket=ENG-1", "--", "run", "--format", "json", "--title", "a", "first")
+    second = launch(env, workdir, "--metadata", "ticket=ENG-2", "--tag", "pairing", "--", "run", "--format", "json",
+                    "--title", "b", "second")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    [session_a], [session_b] = sessions(first.stdout), sessions(second.stdout)
+    assert session_a != session_b
+    # Three calls reached the model, with the server's provider key (which OpenCode never had).
+    assert [r["headers"]["authorization"] for r in upstream.requests] == ["Bearer sk-provider"] * 3
+    assert not any(name.startswith("x-opencode-gateway") for r in upstream.requests for name in r["headers"])
+
+    state = json.loads((gateway_home / "serve" / "server.json").read_text())
+    token = Path(state["token_file"]).read_text()
+    stats = httpx.get(state["url"] + "/stats", headers={"authorization": f"Bearer {token}"}).json()
+    by_session = {s["session_id"]: s for s in stats["sessions"]}
+    assert (by_session[session_a]["requests"], by_session[session_a]["input_tokens"]) == (2, 2300)
+    assert (by_session[session_b]["requests"], by_session[session_b]["input_tokens"]) == (1, 800)
+
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    assert not (gateway_home / "serve" / "server.json").exists()
+    prices = _litellm.load().model_cost["gpt-4o-mini"]
+    ledger = sqlite3.connect(gateway_home / "ledger.db")
+    runs = {row[0]: row[1:] for row in ledger.execute(
+        "SELECT session_id, requests, input_tokens, output_tokens, cost, stop_reason, metadata, tags, workdir "
+        "FROM runs")}
+    assert set(runs) == {session_a, session_b}
+    assert runs[session_a][:3] == (2, 2300, 52) and runs[session_b][:3] == (1, 800, 5)
+    for session, (input_tokens, output_tokens) in ((session_a, (2300, 52)), (session_b, (800, 5))):
+        expected = input_tokens * prices["input_cost_per_token"] + output_tokens * prices["output_cost_per_token"]
+        assert runs[session][3] == pytest.approx(expected, rel=1e-12)
+        assert runs[session][4] == "done" and runs[session][7] == str(workdir)
+    assert json.loads(runs[session_a][5]) == {"ticket": "ENG-1"}
+    assert "pairing" in json.loads(runs[session_b][6])
+
+    report = subprocess.run([*CLI, "report", "--by", "session", "--format", "json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    groups = {g["key"]: g for g in json.loads(report.stdout)["groups"]}
+    assert groups[session_a]["requests"] == 2 and groups[session_b]["requests"] == 1
+
+
+def test_env_prints_exports_without_secrets(server: subprocess.Popen[str], env: dict[str, str],
+                                            gateway_home: Path, workdir: Path) -> None:
+    shared = workdir.parent / "shared.yaml"  # the settings file `serve` might use too, key included
+    shared.write_text("model: openai/gpt-4o-mini\napi_key: sk-provider\nmetadata: {ticket: ENG-7}\n")
+    result = subprocess.run([*CLI, "env", "--config", str(shared)], cwd=workdir,
+                            env={**env, "OPENAI_API_KEY": "sk-env-secret"}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    url = json.loads((gateway_home / "serve" / "server.json").read_text())["url"]
+    assert "unset OPENAI_API_KEY" in result.stdout.splitlines()
+    assert f"{url}/v1" in result.stdout and "export OPENCODE_DISABLE_PROJECT_CONFIG=1" in result.stdout
+    assert "sk-env-secret" not in result.stdout and "sk-provider" not in result.stdout
+    assert '\\"ticket\\":\\"ENG-7\\"' in result.stdout  # the launch's metadata, in the provider's headers
+
+
+def test_launching_without_a_server_says_how_to_start_one(env: dict[str, str], workdir: Path) -> None:
+    result = launch(env, workdir)
+    assert result.returncode == 2
+    assert "no opencode-gateway server is running: start one with `opencode-gateway serve`" in result.stderr
