@@ -152,17 +152,27 @@ def test_file_changes_list_exactly_what_the_run_did(upstream: ScriptedUpstream, 
                                           "+def test_main():\n+    assert True\n")
 
 
+@pytest.mark.parametrize("form", ["stream", "astream"])
 def test_leaving_the_event_loop_early_stops_the_run(upstream: ScriptedUpstream, workdir: Path,
-                                                    settings: Settings) -> None:
+                                                    settings: Settings, form: str) -> None:
     upstream.script(Reply(text="slow " * 200, chunk_delay=0.2))
+    options: dict = {"model": MODEL, "api_base": upstream.url, "workdir": workdir, "settings": settings}
 
     async def first_delta() -> str:
-        async for event in astream("Talk", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings):
+        async for event in astream("Talk", **options):
             if isinstance(event, TextDelta):
                 return event.session_id or ""
         return ""
 
-    assert asyncio.run(asyncio.wait_for(first_delta(), 60)).startswith("ses_")
+    session = ""
+    if form == "astream":
+        session = asyncio.run(asyncio.wait_for(first_delta(), 60))
+    else:
+        for event in stream("Talk", **options):  # leaving the loop closes the iterator, which stops the run
+            if isinstance(event, TextDelta):
+                session = event.session_id or ""
+                break
+    assert session.startswith("ses_")
     row = sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason, error FROM runs").fetchone()
     assert row == ("interrupted", "CancelledError")
     assert upstream.wait_abandoned() == 1  # the model's stream was closed, not left running
