@@ -148,3 +148,18 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
     ledger.close()
     assert response.status_code == 400 and "restart it with --api-base URL" in response.json()["error"]["message"]
     assert router.sessions == {}
+
+
+@respx.mock
+async def test_budgets_apply_per_session(tmp_path: Path) -> None:
+    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1)
+    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+    ledger = Ledger(settings.ledger_path)
+    app, router = server_app(settings, ledger, TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
+        statuses = [(await chat(client, session)).status_code for session in ("ses_a", "ses_a", "ses_b")]
+    for upstream in router.upstreams.values():
+        await upstream.aclose()
+    ledger.close()
+    assert statuses == [200, 429, 200]  # ses_a spent its one request; ses_b has its own
