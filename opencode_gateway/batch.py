@@ -26,7 +26,7 @@ from .errors import GatewayError, OutputInvalid, SettingsError
 from .events import Done, Event, RequestFinished
 from .result import RunResult
 from .runner import astream, check
-from .settings import Settings
+from .settings import Settings, beside
 
 __all__ = ["Batch", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "summary"]
 
@@ -48,7 +48,7 @@ class Task:
     template: Path | None = None  # a folder the task's fresh workdir starts as a copy of
 
 
-def _task(raw: Any, where: str, base: Path) -> Task:
+def _task(raw: Any, where: str, tasks_file: Path) -> Task:
     if not isinstance(raw, dict):
         raise SettingsError(f"{where}: a task is a JSON object with an id and a prompt")
     unknown = sorted(set(raw) - {"id", "prompt", *_OPTIONS})
@@ -71,9 +71,9 @@ def _task(raw: Any, where: str, base: Path) -> Task:
         if key in options.get("metadata", {}):
             raise SettingsError(f"{where}: metadata {key} is set by the batch itself: rename that key")
     if "skills" in options:  # folders named in the tasks file are found beside it
-        options["skills"] = [str(base / Path(folder).expanduser()) for folder in options["skills"]]
+        options["skills"] = beside(tasks_file, options["skills"])
     template = options.pop("workdir", None)
-    template_dir = None if template is None else (base / Path(template).expanduser()).resolve()
+    template_dir = None if template is None else Path(beside(tasks_file, [template])[0]).resolve()
     if template_dir is not None and not template_dir.is_dir():
         raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
     return Task(task_id, prompt, options, template_dir)
@@ -94,7 +94,7 @@ def load_tasks(path: Path) -> tuple[Task, ...]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SettingsError(f"{where}: not JSON ({exc.msg})") from None
-        task = _task(raw, where, path.parent)
+        task = _task(raw, where, path)
         if task.id in tasks:
             raise SettingsError(f"{where}: task id {task.id} is used twice")
         tasks[task.id] = task
@@ -151,7 +151,6 @@ class Progress:
                  live: bool | None = None) -> None:
         self.batch, self.total, self.concurrency, self.out = batch, total, concurrency, out
         self.live = out.isatty() if live is None else live
-        self.started_at = time.monotonic()
         self.running: dict[str, RequestFinished | None] = {}  # task -> its latest request's totals
         self.outcomes: list[Outcome] = []
         self.durations: list[float] = []
@@ -184,7 +183,7 @@ class Progress:
         tokens = sum(o.result.usage.input_tokens + o.result.usage.output_tokens for o in self.outcomes if o.result)
         tokens += sum(e.run_tokens for e in self.running.values() if e)
         costs = [o.result.cost for o in self.outcomes if o.result] + [e.run_cost for e in self.running.values() if e]
-        cost = f"${sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else "")
+        cost = "$" + _cost_total(costs)
         left = self.total - len(self.outcomes)
         eta = ""
         if self.durations and left:
@@ -206,6 +205,11 @@ class Progress:
         if self.live:
             self.out.write("\r\x1b[K")
             self.out.flush()
+
+
+def _cost_total(costs: Sequence[float | None]) -> str:
+    """The sum of the priced costs, and a note when some could not be priced (never a silent 0)."""
+    return f"{sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else "")
 
 
 def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
@@ -233,7 +237,7 @@ def summary(outcomes: Sequence[Outcome]) -> str:
     ok = sum(o.ok for o in outcomes)
     rows.append([f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)", "", str(sum(r.usage.requests for r in results)),
                  f"{sum(r.usage.input_tokens for r in results):,}", f"{sum(r.usage.output_tokens for r in results):,}",
-                 f"{sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else ""),
+                 _cost_total(costs),
                  f"{sum(r.duration_s for r in results):.1f}"])
     return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
 

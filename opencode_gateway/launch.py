@@ -27,18 +27,16 @@ def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
     """The environment of an OpenCode launched against `server`, on `settings.model`."""
     model = settings.validated().model or ""
     private = settings.data_dir / "tui"
-    for sub in ("home", "config", "cache", "state", "data"):
-        (private / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
-    oc_config.seed_config_dir(private / "config")
+    oc_config.make_private_dirs(private)
+    (private / "data").mkdir(mode=0o700, exist_ok=True)
     launch = Launch(settings.metadata, settings.tags, str(workdir))
     config = oc_config.build_config(
         model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{server.token_file}}}",
         permissions=settings.permissions, disable_tools=settings.disable_tools, user_config=settings.opencode_config,
         headers={LAUNCH_HEADER: launch.header()},
     )
-    secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
     env = oc_config.build_env(inherited, private_dir=private, data_dir=private / "data", config=config,
-                              secrets=secrets)
+                              secrets=settings.secrets)
     env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD
     return env
 

@@ -359,9 +359,7 @@ class _RunState:
         token_file = private / "token"
         token_file.write_text(token)
         token_file.chmod(0o600)
-        for sub in ("home", "config", "cache", "state"):
-            (private / sub).mkdir(mode=0o700)
-        oc_config.seed_config_dir(private / "config")
+        oc_config.make_private_dirs(private)
         install_skills(plan.skills, private / "config")
         parts = [part for part in (self.settings.instructions, plan.output and plan.output.instructions()) if part]
         if not parts:
@@ -387,7 +385,6 @@ class _RunState:
         warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load)) if settings.mode == "sdk" else None
         started = time.monotonic()
         token = secrets.token_urlsafe(32)
-        real_secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
         tagging = Tagging(settings.tags, settings.metadata, session_id=self.run_id,
                           tag_metadata_keys=settings.tag_metadata_keys)
         upstream = upstream_for(settings, model)
@@ -402,7 +399,7 @@ class _RunState:
             before = await self._snapshot()
             app = create_app(Endpoint(
                 token=token, target=Target(model, upstream, tagging, self.recorded, self.admit),
-                secrets=(*real_secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
+                secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
                 on_retry=self.retrying, on_text=self.streamed if self.deltas else None,
             ))
@@ -415,7 +412,7 @@ class _RunState:
                 )
                 (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
                 env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
-                                          secrets=real_secrets)
+                                          secrets=settings.secrets)
                 argv = run_argv(plan.binary, oc_config.opencode_model(model), settings.agent, plan.session_id)
                 self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt)
                 outcome = await self.process.run(self.seen, settings.timeout)

@@ -213,8 +213,7 @@ class SessionRouter:
 def server_app(settings: Settings, ledger: Ledger, token: str) -> tuple[Starlette, SessionRouter]:
     """The long-lived endpoint's app, and the router that keeps its sessions' runs."""
     router = SessionRouter(settings, ledger)
-    secrets = tuple(s for s in (settings.api_key, settings.gateway_api_key) if s)
-    endpoint = Endpoint(token=token, target=router.target, secrets=(*secrets, token), pricer=Pricer(settings.pricing),
+    endpoint = Endpoint(token=token, target=router.target, secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing),
                         estimate_usage=settings.estimate_usage, first_byte_timeout=settings.first_byte_timeout,
                         max_body_bytes=settings.max_body_bytes)
     return create_app(endpoint, stats=router.stats), router

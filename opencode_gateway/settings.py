@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -18,7 +18,7 @@ from .accounting.budget import Budget
 from .accounting.pricing import Price
 from .errors import SettingsError
 
-__all__ = ["PERMISSION_MODES", "Settings", "check_permissions", "default_data_dir", "load_settings"]
+__all__ = ["PERMISSION_MODES", "Settings", "beside", "check_permissions", "default_data_dir", "load_settings"]
 
 PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
@@ -38,6 +38,11 @@ def default_data_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "opencode-gateway"
+
+
+def beside(file: Path, paths: Iterable[str]) -> list[str]:
+    """Paths named in `file` (a settings or tasks file), found relative to the file's folder."""
+    return [str(file.parent / Path(path).expanduser()) for path in paths]
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -149,6 +154,11 @@ class Settings:
     def gateway_api_key(self) -> str | None:
         return self.api_key or os.environ.get("LITELLM_PROXY_API_KEY") or None
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The keys this process holds, which OpenCode, its config and every log must never see."""
+        return tuple(s for s in (self.api_key, self.gateway_api_key) if s)
+
 
 # What config.yaml may contain, and the type each key must have.
 _FILE_KEYS: dict[str, tuple[type, ...]] = {
@@ -229,7 +239,7 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
         if key == "skills" and isinstance(value, list):  # folders named in a settings file are found beside it
-            value = [str(file.parent / Path(folder).expanduser()) for folder in value]
+            value = beside(file, value)
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:
         return base.replace(**values)  # which checks prices and budgets

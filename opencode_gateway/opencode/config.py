@@ -24,6 +24,7 @@ __all__ = [
     "build_config",
     "build_env",
     "check_user_config",
+    "make_private_dirs",
     "opencode_model",
     "permission_rules",
     "seed_config_dir",
@@ -211,6 +212,14 @@ def build_env(
         no_proxy=no_proxy,
     )
     return env
+
+
+def make_private_dirs(private_dir: Path) -> None:
+    """The private HOME and XDG dirs `build_env` points OpenCode at (0700), its config dir seeded.
+    XDG_DATA_HOME is the caller's to make: a run keeps it per session, the TUI across launches."""
+    for sub in ("home", "config", "cache", "state"):
+        (private_dir / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+    seed_config_dir(private_dir / "config")
 
 
 def seed_config_dir(config_home: Path) -> None:
