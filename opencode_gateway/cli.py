@@ -1,7 +1,8 @@
 """The `opencode-gateway` command. A thin layer: every behaviour lives in the Python API.
 
-Exit codes: 0 the run finished; 1 the run failed (error, timeout, budget exceeded); 2 bad flags
-or settings; 130 interrupted.
+Exit codes: 0 the run finished; 1 the run failed (error, timeout, budget exceeded); 2 a problem
+found before OpenCode starts (bad flags or settings, no usable OpenCode, a gateway that refuses);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ._litellm import owning_loop
 from .errors import GatewayError, SettingsError
+from .opencode.binary import SUPPORTED
+from .opencode.config import OPENCODE_VERSION, TOOLS
 from .settings import PERMISSION_MODES, Settings, load_settings
 
 DEFAULT_PORT = 4141  # of `serve`
@@ -156,6 +160,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .accounting.report import build_report
 
     where = list(_metadata(args.where, "--where").items())
+    if not settings.ledger_path.exists():  # nothing has run yet: an empty report, not an error
+        print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_path})", file=sys.stderr)
+        sys.stdout.write("[]\n" if args.format == "json" else "")
+        return 0
     report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where)
     sys.stdout.write(report.render(args.format))
     return 0
@@ -172,6 +180,27 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if lines and all(line.status == "ok" for line in lines) else 1
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose
+
+    settings = load_settings(args.config).replace(
+        model=args.model, api_base=args.api_base, api_key=args.api_key, opencode_bin=args.opencode_bin,
+        ledger=Path(args.ledger) if args.ledger else None)
+    checks = diagnose(settings)
+    if args.json:
+        _print_json([check.to_dict() for check in checks])
+    else:
+        print("\n".join(check.line() for check in checks))
+    return 0 if all(check.ok for check in checks) else 1
+
+
+def _cmd_install_opencode(args: argparse.Namespace) -> int:
+    from .opencode.binary import install_opencode
+
+    print(install_opencode(load_settings(args.config).data_dir, args.version))
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -181,8 +210,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
               "`opencode-gateway opencode -m MODEL`; Ctrl-C stops", file=sys.stderr, flush=True)
 
-    asyncio.run(serve(_settings(args), host=args.host or "127.0.0.1", port=args.port,
-                      allow_remote=args.host is not None, on_ready=announce))
+    asyncio.run(owning_loop(serve(_settings(args), host=args.host or "127.0.0.1", port=args.port,
+                                  allow_remote=args.host is not None, on_ready=announce)))
     return 0
 
 
@@ -221,7 +250,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
                      workdir_root=Path(args.workdir_root) if args.workdir_root else None,
                      results_file=Path(args.out) if args.out else None)
     tasks = load_tasks(batch.tasks_file)
-    outcomes = asyncio.run(run_batch(tasks, batch, settings, concurrency=args.concurrency, resume=args.resume))
+    outcomes = asyncio.run(owning_loop(run_batch(tasks, batch, settings, concurrency=args.concurrency,
+                                                 resume=args.resume)))
     skipped = len(tasks) - len(outcomes)
     if args.json:
         _print_json({"batch_id": batch.batch_id, "results_file": str(batch.results_file), "skipped": skipped,
@@ -252,7 +282,7 @@ def _ledger_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _opencode_bin_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN or PATH)")
+    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN, the one install-opencode put in the data dir, or PATH)")
 
 
 def _attribution(parser: argparse.ArgumentParser) -> None:
@@ -266,7 +296,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--permissions", metavar="MODE",
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: full)")
     parser.add_argument("--disable-tool", action="append", default=[], metavar="NAME",
-                        help="turn a tool off: read, write, edit, bash, glob, grep, ls, web_search, task, skill")
+                        help=f"turn a tool off: {', '.join(TOOLS)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -340,6 +370,23 @@ def build_parser() -> argparse.ArgumentParser:
     _common(config)
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
+
+    install = commands.add_parser("install-opencode", help="install the pinned OpenCode (npm) into the data dir; "
+                                  "prints the binary's path")
+    install.add_argument("--version", default=OPENCODE_VERSION, metavar="V",
+                         help=f"the opencode-ai version (default: {OPENCODE_VERSION}; supported: {SUPPORTED})")
+    install.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
+    install.set_defaults(handler=_cmd_install_opencode)
+
+    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the ledger, "
+                                 "and with -m litellm_proxy/<group> the gateway, the key and the group")
+    doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
+    doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
+    _upstream_flags(doctor)
+    _opencode_bin_flag(doctor)
+    _ledger_flag(doctor)
+    doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
+    doctor.set_defaults(handler=_cmd_doctor)
 
     report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run or session")
     report.add_argument("--by", default="ticket", metavar="KEY",

@@ -39,7 +39,12 @@ class SettingsError(GatewayError):
 
 
 class PreflightError(SettingsError):
-    """The gateway is unreachable, refuses the key, or the key may not use the model group."""
+    """The gateway is unreachable, refuses the key, or the key may not use the model group;
+    `check` says which ("reachable", "key" or "group")."""
+
+    def __init__(self, message: str, *, check: str) -> None:
+        super().__init__(message)
+        self.check = check
 
 
 class ConfigConflict(SettingsError):
@@ -51,8 +56,8 @@ class CapabilityUnsupported(SettingsError):
     and what to use instead."""
 
 
-class OpenCodeNotFound(GatewayError):
-    """The `opencode` binary could not be found or run."""
+class OpenCodeNotFound(SettingsError):
+    """The `opencode` binary could not be found or run, or is not a supported OpenCode."""
 
 
 class OpenCodeFailed(GatewayError):

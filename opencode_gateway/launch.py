@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .opencode import config as oc_config
-from .opencode.process import find_opencode
+from .opencode.binary import find_opencode
 from .serve import LAUNCH_HEADER, Launch, ServerState
 from .settings import Settings
 
@@ -43,7 +43,7 @@ def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
 
 def run_opencode(settings: Settings, arguments: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up)."""
-    binary = find_opencode(settings.opencode_bin)
+    binary = find_opencode(settings.opencode_bin, settings.data_dir)
     os.execve(binary, [binary, *arguments], dict(env))
 
 

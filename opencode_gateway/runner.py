@@ -49,11 +49,20 @@ from .gateway.app import Endpoint, Target, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
-from .gateway.upstream import ProxyUpstream, SdkUpstream, Upstream, gateway_base, opencode_retries
+from .gateway.upstream import (
+    ProxyUpstream,
+    SdkUpstream,
+    Upstream,
+    gateway_base,
+    is_budget_error,
+    opencode_retries,
+)
 from .opencode import config as oc_config
 from .opencode.events import Error, Event
-from .opencode.process import OpenCodeProcess, find_opencode, run_argv
+from .opencode.binary import find_opencode
+from .opencode.process import OpenCodeProcess, run_argv
 from .opencode.skills import Skill, install_skills, load_skills, skills_dir
+from .ordering import CausalOrder
 from .output import OutputSpec
 from .result import RunResult, final_text
 from .settings import GATEWAY_PREFIX, Settings
@@ -61,6 +70,9 @@ from .settings import GATEWAY_PREFIX, Settings
 __all__ = ["RunResult", "arun", "astream", "check", "run", "stream", "upstream_for"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+# How long a request waits for OpenCode's events it follows from (they are normally read within
+# milliseconds: OpenCode prints them before it sends the request).
+_ORDER_WAIT_S = 10.0
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -120,8 +132,14 @@ class _Plan:
         """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text."""
         settings = self.settings
         if settings.mode == "gateway":
-            await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
-                                _group(settings))
+            try:
+                await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
+                                    _group(settings))
+            except BudgetExceeded as exc:  # spent before the run: it ends as a refusal would, unstarted
+                usage, cost, _ = totals(())
+                return RunResult(run_id="run_" + uuid.uuid4().hex, text="", session_id=self.session_id,
+                                 stop_reason="budget_exceeded", model=settings.model or "", mode=settings.mode,
+                                 usage=usage, cost=cost, error=exc)
         ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
         state = _RunState(self, ledger, on_event, deltas)
         try:
@@ -201,7 +219,7 @@ def _prepare(
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
     return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
-                 binary=find_opencode(settings.opencode_bin), session_id=session_id, resumed_store=resumed_store,
+                 binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id, resumed_store=resumed_store,
                  skills=loaded_skills, output=spec)
 
 
@@ -259,7 +277,7 @@ def _no_running_loop(name: str, instead: str) -> None:
 def run(prompt: str, **options: Any) -> RunResult:
     """`arun` for code without an event loop."""
     _no_running_loop("run", "await arun(...)")
-    return asyncio.run(arun(prompt, **options))
+    return asyncio.run(_litellm.owning_loop(arun(prompt, **options)))
 
 
 @_takes_run_options
@@ -285,6 +303,7 @@ def stream(prompt: str, **options: Any) -> Iterator[Event]:
             yield event
     finally:
         loop.run_until_complete(events.aclose())  # type: ignore[attr-defined]
+        loop.run_until_complete(_litellm.close_clients())
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
@@ -307,6 +326,7 @@ class _RunState:
         self.budget = plan.settings.budget
         self.warnings: list[str] = []  # of the runner's own (a tree too big to snapshot)
         self.finished = False
+        self.order = CausalOrder()
 
     def admit(self) -> str | None:
         return self.budget.refusal(self.records) if self.budget else None
@@ -336,6 +356,14 @@ class _RunState:
         """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
         if self.on_event is not None:
             self.on_event(TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece))
+
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        await self.order.wait(self.order.causes(session_id, body), _ORDER_WAIT_S)
+
+    def printed(self, event: Event) -> None:
+        """An event of OpenCode's own (its stdout)."""
+        self.seen(event)
+        self.order.saw(event)
 
     def seen(self, event: Event) -> None:
         self.events.append(event)
@@ -401,7 +429,7 @@ class _RunState:
                 token=token, target=Target(model, upstream, tagging, self.recorded, self.admit),
                 secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
-                on_retry=self.retrying, on_text=self.streamed if self.deltas else None,
+                on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
             ))
             async with EndpointServer(app) as server:
                 config = oc_config.build_config(
@@ -415,7 +443,10 @@ class _RunState:
                                           secrets=settings.secrets)
                 argv = run_argv(plan.binary, oc_config.opencode_model(model), settings.agent, plan.session_id)
                 self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt)
-                outcome = await self.process.run(self.seen, settings.timeout)
+                try:
+                    outcome = await self.process.run(self.printed, settings.timeout)
+                finally:
+                    self.order.close()
             found_session = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None and found_session and _SESSION_ID.match(found_session):
                 store = _session_store(settings, found_session)
@@ -441,6 +472,8 @@ class _RunState:
         else:
             error = _run_error(self.events, self.records, outcome.exit_code, outcome.stderr_tail, self.fatal)
             stop_reason = "done" if error is None else "error"
+            if isinstance(error, UpstreamError) and error.status_code < 500 and is_budget_error(str(error).encode()):
+                stop_reason, error = "budget_exceeded", BudgetExceeded(str(error))  # the gateway's budget
         text = final_text(self.events)
         spec = self.plan.output
         output, problem = spec.parse(text) if spec is not None and stop_reason == "done" else (None, None)

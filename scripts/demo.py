@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,8 @@ from typing import Any
 
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / ".demo"  # the demo's own data dir and ledger, never the user's
 PROGRAM = 'for n in range(1, 16):\n    print("FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else n)\n'
 
 
@@ -33,6 +37,11 @@ def main() -> int:
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="opencode-gateway-demo-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(DATA_DIR)}
+    if not env.get("OPENCODE_BIN"):  # the OpenCode scripts/setup installed, outside the demo's data dir
+        done = subprocess.run([sys.executable, "-m", "opencode_gateway", "install-opencode"], capture_output=True,
+                              text=True, check=True)
+        env["OPENCODE_BIN"] = done.stdout.strip()
     target = workdir / "fizzbuzz.py"
 
     model = ScriptedUpstream().start()
@@ -47,16 +56,22 @@ def main() -> int:
                            usage=usage(10_935, 64, cached=10_624)),
     )
     print(f"[demo] stand-in model (scripted, not an LLM) at {model.url}", file=sys.stderr)
-    print(f"[demo] OpenCode works in {workdir}", file=sys.stderr)
+    print(f"[demo] OpenCode works in {workdir}" + ("" if args.workdir else " (removed at the end; --workdir DIR keeps it)"), file=sys.stderr)
     command = [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", model.url,
                "--api-key", "sk-demo-not-a-real-key", "--workdir", str(workdir), "--permissions", "full",
                "--metadata", "ticket=DEMO-1", "--show-events",
                *(["--json"] if args.json else []),
                "Write fizzbuzz.py printing FizzBuzz for 1 to 15, run it and show me the output"]
     try:
-        return subprocess.run(command).returncode
+        code = subprocess.run(command, env=env).returncode
     finally:
         model.stop()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    ledger = DATA_DIR / "ledger.db"
+    print(f"[demo] this run is in the demo's own ledger {ledger.relative_to(ROOT)}: see it with "
+          f"`.venv/bin/opencode-gateway report --ledger {ledger.relative_to(ROOT)} --by run`", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

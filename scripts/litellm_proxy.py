@@ -287,6 +287,12 @@ def main() -> None:
         return
     if not args.upstream:
         parser.error("--upstream URL is required to serve")
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM and SIGHUP stop the proxy and its Postgres as Ctrl-C does
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     with LiteLLMProxy(groups(args.upstream)) as proxy:
         print(f"LiteLLM proxy ready at {proxy.url} (master key {proxy.master_key}); Ctrl-C stops it", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from opencode_gateway.opencode.binary import pinned_binary
+from opencode_gateway.settings import default_data_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+PINNED_OPENCODE = pinned_binary(default_data_dir())  # where scripts/setup installed it
 # Kept sessions of test runs never land in the real user's data dir.
 os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
 
@@ -55,7 +59,7 @@ def hostile_upstream(_second_server: ScriptedUpstream) -> ScriptedUpstream:
 @pytest.fixture(scope="session")
 def opencode_bin() -> str:
     """The real opencode binary. Missing is a failure, not a skip: scripts/setup installs it."""
-    candidate = os.environ.get("OPENCODE_BIN") or str(ROOT / ".tools/opencode/node_modules/.bin/opencode")
+    candidate = os.environ.get("OPENCODE_BIN") or str(PINNED_OPENCODE)
     if not os.access(candidate, os.X_OK):
         pytest.fail(f"no opencode binary at {candidate}: run scripts/setup (or set OPENCODE_BIN)")
     return candidate

@@ -75,6 +75,41 @@ def test_events_arrive_in_order_while_the_run_goes(upstream: ScriptedUpstream, w
     assert done.result.events == tuple(e for e in events[:-1] if not isinstance(e, TextDelta))
 
 
+def _step_of_each_delta(events: list[Event]) -> list[tuple[int, int]]:
+    """For each TextDelta: (how many steps had finished before it, how many tool results)."""
+    seen, finished, results = [], 0, 0
+    for event in events:
+        if isinstance(event, StepFinish):
+            finished += 1
+        elif isinstance(event, ToolResult):
+            results += 1
+        elif isinstance(event, TextDelta):
+            seen.append((finished, results))
+    return seen
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_no_delta_of_a_request_comes_before_the_tool_events_it_follows(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, attempt: int
+) -> None:
+    def bash(n: int) -> Call:
+        return Call("bash", {"command": f"echo step{n}", "description": f"step {n}"})
+
+    upstream.script(Reply(text="alpha", tool_calls=[bash(1)]), Reply(text="bravo", tool_calls=[bash(2)]),
+                    Reply(text="charlie"))
+    events = list(stream("Three steps", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings))
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.text == "charlie", done.result
+    by_text = {}
+    for (finished, results), delta in zip(_step_of_each_delta(events), [e for e in events if isinstance(e, TextDelta)]):
+        by_text.setdefault(delta.text, (finished, results))
+    # Request k+1 carries step k's tool result: its text streams only after that result and the
+    # end of step k were delivered.
+    assert by_text["alpha"] == (0, 0)
+    assert by_text["bravo"] == (1, 1)
+    assert by_text["charlie"] == (2, 2)
+
+
 def test_structured_output_is_parsed_into_the_model_class(upstream: ScriptedUpstream, workdir: Path,
                                                           settings: Settings) -> None:
     upstream.script(Reply(text='All tests ran.\n```json\n{"tests": 14, "passed": true}\n```'))

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,9 @@ class Endpoint:
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
     # Each piece of streamed text or reasoning as it passes: (OpenCode session, "text" | "reasoning", piece).
     on_text: Callable[[str | None, str, str], None] | None = None
+    # Awaited before a request is forwarded, with its OpenCode session and body: the runner holds
+    # a request until OpenCode's events that it follows from are delivered (ordering.py).
+    follows: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -158,6 +161,8 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
+        if endpoint.follows is not None:
+            await endpoint.follows(call.session_id, body)
         refusal = target.admit() if target.admit else None
         if refusal:
             call.record(429, None, Cost(0.0, "refused"), None, refusal)

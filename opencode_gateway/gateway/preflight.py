@@ -10,26 +10,34 @@ from typing import Any
 
 import httpx
 
-from ..errors import PreflightError
+from ..errors import BudgetExceeded, PreflightError
+from .upstream import is_budget_error
 
 __all__ = ["check_gateway"]
 
 _TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 
+def _one_line(text: str) -> str:
+    """A body that is not JSON (a web server's HTML page) as one short line."""
+    line = " ".join(text.split())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
 def _message(response: httpx.Response) -> str:
     try:
         error = response.json().get("error")
     except (ValueError, AttributeError):
-        return response.text[:300]
+        return _one_line(response.text)
     if isinstance(error, dict):
-        return str(error.get("message") or error)
-    return str(error or response.text[:300])
+        return _one_line(str(error.get("message") or error))
+    return _one_line(str(error or response.text))
 
 
 async def check_gateway(base_url: str, api_key: str | None, group: str, *,
                         client: httpx.AsyncClient | None = None) -> None:
-    """Raise PreflightError unless the gateway at `base_url` answers and lets the key use `group`."""
+    """Raise PreflightError unless the gateway at `base_url` answers and lets the key use `group`;
+    BudgetExceeded when the key's budget is already spent (the run ends as a budget refusal)."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     owned = client is None
     client = client or httpx.AsyncClient(timeout=_TIMEOUT)
@@ -38,20 +46,26 @@ async def check_gateway(base_url: str, api_key: str | None, group: str, *,
             response = await client.get(f"{base_url}/v1/models", headers=headers)
         except httpx.HTTPError as exc:
             raise PreflightError(f"cannot reach the LiteLLM gateway at {base_url} ({type(exc).__name__}): "
-                                 "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?") from None
+                                 "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?",
+                                 check="reachable") from None
+        if not api_key and response.status_code != 200:
+            raise PreflightError(f"no key is set for the LiteLLM gateway at {base_url}: set LITELLM_PROXY_API_KEY "
+                                 "(or pass --api-key) to a virtual key of the gateway", check="key")
         if response.status_code in (401, 403):
             raise PreflightError(f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
-                                 f"{_message(response)}): check --api-key / LITELLM_PROXY_API_KEY")
+                                 f"{_message(response)}): check --api-key / LITELLM_PROXY_API_KEY", check="key")
+        if response.status_code != 200 and is_budget_error(response.content):
+            raise BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_message(response)}")
         if response.status_code != 200:
             raise PreflightError(f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
-                                 f"{response.status_code}: {_message(response)}")
+                                 f"{response.status_code}: {_message(response)}", check="reachable")
         allowed = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
         if group in allowed or not allowed or any("*" in name for name in allowed):
             return
         info = await _key_info(client, base_url, headers)
         alias = f" {info['key_alias']!r}" if info.get("key_alias") else ""
         raise PreflightError(f"the key{alias} may not use model group {group!r} on {base_url}; "
-                             f"it may use: {', '.join(sorted(allowed))}")
+                             f"it may use: {', '.join(sorted(allowed))}", check="group")
     finally:
         if owned:
             await client.aclose()

@@ -7,6 +7,7 @@ also skips uvicorn's 0.1 s main-loop tick and shutdown pause, which would delay 
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 from types import TracebackType
@@ -17,6 +18,8 @@ from starlette.types import ASGIApp
 from ..errors import SettingsError
 
 __all__ = ["EndpointServer"]
+
+_GRACE_S = 5  # for requests still open when the server stops
 
 
 def _is_loopback(host: str) -> bool:
@@ -38,7 +41,7 @@ class EndpointServer:
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=5)
+                                timeout_graceful_shutdown=_GRACE_S)
         config.load()
         self._server = uvicorn.Server(config)
         self._server.lifespan = config.lifespan_class(config)
@@ -56,10 +59,16 @@ class EndpointServer:
     ) -> None:
         state = self._server.server_state
         if state.connections or state.tasks:  # someone is still connected: uvicorn's graceful shutdown
+            requests = set(state.tasks)
             await self._server.shutdown(sockets=[self._socket])
+            # uvicorn cancels what outlived the grace period without waiting for it; wait, so
+            # that every request's record is made before the run's result is assembled.
+            if requests:
+                await asyncio.wait(requests, timeout=_GRACE_S)
         else:  # the usual end of a run: OpenCode has exited, nothing to wait for (uvicorn sleeps 0.1 s)
             for server in self._server.servers:
                 server.close()
             for server in self._server.servers:
                 await server.wait_closed()
         self._socket.close()
+        await asyncio.sleep(0)  # a stream's record is made just after its last byte (call_soon)

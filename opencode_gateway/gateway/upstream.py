@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
@@ -190,7 +191,7 @@ class SdkUpstream:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # every provider failure must reach OpenCode as a well-formed error
-            return UpstreamReply.error(_message(exc), _status(exc))
+            return UpstreamReply.error(*self._explained(litellm, exc))
         if kwargs.get("stream"):
             return UpstreamReply(200, SSE, _sse(response, self._idle), reports_cost=False)
         return UpstreamReply(200, JSON, _one(response.model_dump_json().encode()), reports_cost=False)
@@ -206,8 +207,51 @@ class SdkUpstream:
         if isinstance(limit, int) and isinstance(kwargs.get("max_tokens"), int) and kwargs["max_tokens"] > limit:
             kwargs["max_tokens"] = limit
 
+    def _explained(self, litellm: Any, exc: Exception) -> tuple[str, int]:
+        """The provider's failure, said so the user knows what to fix: an unreachable URL is
+        named with the URL (502), a missing or rejected key with the variable litellm reads (401,
+        which nobody retries)."""
+        where = self._credentials.get("api_base") or f"{self.model}'s default API"
+        unreachable = _unreachable(exc)
+        if unreachable is not None:
+            return f"cannot reach the provider at {where}: {unreachable}; check --api-base", 502
+        message, status = _message(exc), _status(exc)
+        if status in (401, 403) or "missing credentials" in message.lower() or "api_key" in message.lower():
+            try:
+                variables = litellm.validate_environment(self.model).get("missing_keys") or []
+                provider = litellm.get_llm_provider(self.model)[1]
+            except Exception:  # an unknown model: no variable to name
+                variables, provider = [], self.model.partition("/")[0]
+            names = " or ".join(variables) or f"{provider.upper()}_API_KEY"
+            if status in (401, 403) and "missing" not in message.lower():
+                return f"the {provider} key was rejected ({_one_line(message)}): check {names} or --api-key", 401
+            return f"no {provider} key is set: litellm reads it from {names} (or pass --api-key)", 401
+        return message, status
+
     async def aclose(self) -> None:
         return None
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """'connection refused' or 'name not resolved' when that is what a provider call failed on."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror) or "Name or service not known" in str(cause):
+            return "the host name does not resolve"
+        if isinstance(cause, ConnectionRefusedError) or any(
+                sign in str(cause) for sign in ("Connection refused", "Connect call failed")):
+            return "connection refused"
+        if isinstance(cause, httpx.ConnectError):
+            return f"cannot connect ({_one_line(str(cause)) or type(cause).__name__})"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 300 else line[:299] + "…"
 
 
 def _status(exc: BaseException) -> int:

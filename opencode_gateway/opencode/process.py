@@ -1,4 +1,4 @@
-"""`opencode run` as a child process: found, started in its own process group, read line by line,
+"""`opencode run` as a child process: started in its own process group, read line by line,
 and killed whole (with everything it spawned) when the run must end.
 """
 
@@ -8,7 +8,6 @@ import asyncio
 import collections
 import contextlib
 import os
-import shutil
 import signal
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OpenCodeNotFound
+from .binary import INSTALL_HINT
 from .events import Event, parse_line
 
-__all__ = ["OpenCodeProcess", "Outcome", "find_opencode", "run_argv"]
+__all__ = ["OpenCodeProcess", "Outcome", "run_argv"]
 
-INSTALL_HINT = "install it with `npm install -g opencode-ai`, or point --opencode-bin / OPENCODE_BIN at it"
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
 _RUN_TAG = "OPENCODE_GATEWAY_PROCESS_TAG"
@@ -38,23 +37,6 @@ def _tagged(tag: bytes) -> list[int]:
                     with open(f"/proc/{entry.name}/environ", "rb") as environ:
                         if tag in environ.read().split(b"\0"):
                             found.append(int(entry.name))
-    return found
-
-
-def find_opencode(explicit: str | None = None) -> str:
-    """The opencode binary: the flag or setting, else $OPENCODE_BIN, else `opencode` on PATH."""
-    candidate = explicit or os.environ.get("OPENCODE_BIN")
-    if candidate:
-        path = Path(candidate).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path.resolve())
-        found = shutil.which(candidate)
-        if found:
-            return found
-        raise OpenCodeNotFound(f"opencode binary {candidate!r} does not exist or is not executable: {INSTALL_HINT}")
-    found = shutil.which("opencode")
-    if not found:
-        raise OpenCodeNotFound(f"opencode is not on PATH: {INSTALL_HINT}")
     return found
 
 
@@ -140,6 +122,10 @@ class OpenCodeProcess:
             readers.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await readers
+            # The pipes' transport closes itself only after reading EOF on each pipe, which a
+            # killed run may not have done yet: left open, it outlives the event loop and warns
+            # ("Event loop is closed") when it is collected.
+            process._transport.close()  # type: ignore[attr-defined]
 
     @property
     def stderr_tail(self) -> str:

@@ -1,0 +1,101 @@
+"""`opencode-gateway doctor`: is this machine ready for a run, and if not, what to fix.
+
+Each check is what a run would fail on, tried the way the run tries it (the same lookup, the same
+preflight), so a green doctor means the run gets past its start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import GatewayError, PreflightError
+from .settings import GATEWAY_PREFIX, Settings
+
+__all__ = ["Check", "diagnose"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None  # None: skipped, because an earlier check it needs failed
+    detail: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def line(self) -> str:
+        mark = {True: "ok  ", False: "FAIL", None: "skip"}[self.ok]
+        return f"{mark} {self.name:<10} {self.detail}"
+
+
+def _opencode(settings: Settings) -> Check:
+    from .opencode.binary import find_opencode
+
+    try:
+        binary = find_opencode(settings.opencode_bin, settings.data_dir)
+    except GatewayError as exc:
+        return Check("opencode", False, str(exc))
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    return Check("opencode", True, f"OpenCode {version} at {binary}")
+
+
+def _ripgrep(settings: Settings) -> Check:
+    found = shutil.which("rg")
+    if found is None:
+        return Check("rg", False, "ripgrep is not on PATH: OpenCode's glob, grep and skill tools fail without it; "
+                                  "install it (apt-get install ripgrep)")
+    return Check("rg", True, found)
+
+
+def _ledger(settings: Settings) -> Check:
+    from .accounting.ledger import connect
+
+    path = settings.ledger_path
+    if path.exists():
+        try:
+            connect(path, migrate=False).close()
+        except GatewayError as exc:
+            return Check("ledger", False, str(exc))
+        return Check("ledger", True, f"{path} opens" + ("" if os.access(path, os.W_OK) else " (read-only!)"))
+    parent = next((p for p in (path.parent, *path.parents) if p.exists()), Path("/"))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return Check("ledger", False, f"{path} cannot be created: {parent} is not writable; pass --ledger PATH")
+    return Check("ledger", True, f"{path} (created by the first run)")
+
+
+def _gateway(settings: Settings) -> list[Check]:
+    import asyncio
+
+    from .gateway.preflight import check_gateway
+    from .gateway.upstream import gateway_base
+
+    names = ("reachable", "key", "group")
+    base = settings.gateway_api_base
+    if not base:
+        return [Check("gateway", False, "no gateway URL: set LITELLM_PROXY_API_BASE or pass --api-base")]
+    group = (settings.model or "")[len(GATEWAY_PREFIX):]
+    try:
+        asyncio.run(check_gateway(gateway_base(base), settings.gateway_api_key, group))
+    except PreflightError as exc:
+        failed = names.index(exc.check)
+        passed = [Check("reachable", True, base), Check("key", True, "accepted")][:failed]
+        return [*passed, Check(exc.check, False, str(exc)),
+                *(Check(name, None, "not checked") for name in names[failed + 1:])]
+    except GatewayError as exc:  # a spent budget: reachable and known, but no call would pass
+        return [Check("reachable", True, base), Check("key", False, str(exc)), Check("group", None, "not checked")]
+    return [Check("reachable", True, base), Check("key", True, "accepted"),
+            Check("group", True, f"the key may use {group!r}")]
+
+
+def diagnose(settings: Settings) -> list[Check]:
+    """Every check, in the order a run meets them; with a gateway model, the gateway's too."""
+    checks: list[Callable[[Settings], Check]] = [_opencode, _ripgrep, _ledger]
+    found = [check(settings) for check in checks]
+    if (settings.model or "").startswith(GATEWAY_PREFIX):
+        found += _gateway(settings)
+    return found

@@ -1,0 +1,33 @@
+"""`opencode-gateway doctor`, run as a user runs it: one line per check, exit 1 when any fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .test_cli import cli
+
+
+def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -> None:
+    result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db"), "--json")
+    assert result.returncode == 0, result.stdout
+    checks = json.loads(result.stdout)
+    assert [(c["name"], c["ok"]) for c in checks] == [("opencode", True), ("rg", True), ("ledger", True)]
+    assert checks[0]["detail"].startswith("OpenCode 1.18.")
+
+
+def test_a_binary_that_is_not_opencode_fails_its_line(tmp_path: Path) -> None:
+    result = cli("doctor", "--opencode-bin", "/bin/echo", "--ledger", str(tmp_path / "ledger.db"))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("FAIL opencode") and "install-opencode" in lines[0]
+    assert lines[1].startswith("ok   rg") and lines[2].startswith("ok   ledger")
+
+
+def test_a_corrupt_ledger_fails_its_line(opencode_bin: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.db"
+    ledger.write_bytes(b"this is not a database" * 100)
+    result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(ledger))
+    assert result.returncode == 1
+    [line] = [line for line in result.stdout.splitlines() if "ledger" in line]
+    assert line.startswith("FAIL ledger") and str(ledger) in line

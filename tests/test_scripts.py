@@ -1,0 +1,78 @@
+"""The repository's own scripts clean up after themselves."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripted_upstream import ScriptedUpstream
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def _pids(word: bytes) -> set[int]:
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if word in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, set()).add(int(pid))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream: ScriptedUpstream,
+                                                                       signum: int) -> None:
+    postgres_before = _pids(b"postgres")
+    script = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "litellm_proxy.py"), "--upstream",
+                               upstream.url + "/v1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert script.stdout is not None
+        ready, _, _ = select.select([script.stdout], [], [], 240)
+        line = script.stdout.readline().decode() if ready else ""
+        assert "LiteLLM proxy ready" in line, "the proxy did not start within 240 s"
+        started = _descendants(script.pid) | (_pids(b"postgres") - postgres_before)
+        assert started
+        script.send_signal(signum)
+        assert script.wait(timeout=90) == 0
+        deadline = time.monotonic() + 30
+        while (left := {pid for pid in started if _alive(pid)}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"left running: {sorted(left)}"
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
