@@ -159,7 +159,9 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
         body["model"] = target.upstream.model
         stream = bool(body.get("stream"))
         if stream:
-            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+            body["stream_options"] = {"include_usage": True}
+        else:
+            body.pop("stream_options", None)
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
         if endpoint.follows is not None:
             await endpoint.follows(call.session_id, body)

@@ -1,8 +1,9 @@
 """What every upstream call carries for attribution, and what OpenCode may not decide.
 
-OpenCode (or a prompt-injected agent driving it) controls the request it sends us. Anything in it
-that would change who pays or how a call is routed at the gateway is removed; our own tags and
-metadata are added last, so they are the only ones the gateway sees.
+OpenCode (or a prompt-injected agent driving it) controls the request it sends us. Only the
+fields and headers a model call needs are passed on (allowlists: anything else could choose a
+route, a price or a payer); our own tags and metadata are added last, so they are the only ones
+the gateway sees.
 """
 
 from __future__ import annotations
@@ -14,24 +15,37 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["HARNESS_TAGS", "Tagging", "clean_body", "forwarded_headers"]
+__all__ = ["FORWARDED_FIELDS", "HARNESS_TAGS", "Tagging", "clean_body", "forwarded_headers"]
 
 HARNESS_TAGS = ("harness", "opencode")
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and those the client library must set for itself.
-_NOT_FORWARDED = frozenset(
-    {
-        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-        "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
-        "content-type", "accept-encoding", "authorization", "x-api-key", "api-key", "cookie",
-    }
-)
+# The only request headers passed on: what describes the client, nothing that routes, prices or
+# authenticates. Everything else (x-litellm-*, credentials, provider beta switches) is OpenCode's
+# or the agent's to send and ours to drop.
+_FORWARDED_HEADERS = frozenset({"accept", "user-agent"})
 
-# Body fields that would change attribution or routing at a LiteLLM gateway or in the SDK call.
-_SPOOFABLE_FIELDS = frozenset(
-    {"metadata", "tags", "user", "litellm_metadata", "extra_body", "extra_headers", "mock_response",
-     "api_base", "api_key", "base_url", "api_version", "custom_llm_provider"}
-)
+# The only body fields passed on, each because OpenCode's openai-compatible provider sends it and a
+# model needs it. Every other field (fallbacks, prices, api_base, timeouts, retries, caching, user,
+# metadata, any litellm parameter) would let the request choose where it goes or what it costs.
+FORWARDED_FIELDS: Mapping[str, str] = MappingProxyType({
+    "model": "replaced by the run's model (pinned)",
+    "messages": "the conversation",
+    "tools": "the tools OpenCode offers",
+    "tool_choice": "whether the model must call a tool",
+    "parallel_tool_calls": "whether it may call several at once",
+    "stream": "OpenCode streams every call",
+    "stream_options": "replaced by {include_usage: true} (usage is how a call is priced)",
+    "max_tokens": "the answer's length limit (clamped to the model's in SDK mode)",
+    "max_completion_tokens": "the same limit, as newer OpenAI models name it",
+    "temperature": "sampling",
+    "top_p": "sampling",
+    "frequency_penalty": "sampling",
+    "presence_penalty": "sampling",
+    "seed": "sampling",
+    "stop": "stop sequences",
+    "response_format": "structured output",
+    "reasoning_effort": "how much a reasoning model thinks",
+})
 
 
 @dataclass(frozen=True)
@@ -69,16 +83,12 @@ class Tagging:
 
 
 def forwarded_headers(incoming: Mapping[str, str]) -> dict[str, str]:
-    """OpenCode's headers minus credentials, hop-by-hop headers, every x-litellm-* header and our
-    own x-opencode-gateway-* launch headers."""
-    return {
-        name: value
-        for name, value in incoming.items()
-        if name.lower() not in _NOT_FORWARDED and not name.lower().startswith(("x-litellm-", "x-opencode-gateway-"))
-    }
+    """The allowlisted few of OpenCode's headers (`_FORWARDED_HEADERS`)."""
+    return {name: value for name, value in incoming.items() if name.lower() in _FORWARDED_HEADERS}
 
 
 def clean_body(body: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The request body without spoofable fields, and the names of the fields removed."""
-    dropped = tuple(k for k in body if k in _SPOOFABLE_FIELDS or k.startswith("litellm_"))
-    return {k: v for k, v in body.items() if k not in dropped}, dropped
+    """The request body with only the allowlisted fields (`FORWARDED_FIELDS`), and the names of
+    the fields removed."""
+    dropped = tuple(k for k in body if k not in FORWARDED_FIELDS)
+    return {k: v for k, v in body.items() if k in FORWARDED_FIELDS}, dropped

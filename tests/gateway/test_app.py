@@ -63,7 +63,8 @@ async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, 
     spoofed = {**AUTH, "x-litellm-tags": "free-lunch", "x-litellm-spend-logs-metadata": '{"ticket":"OTHER"}',
                "x-api-key": "stolen", "x-session-id": "ses_abc", "user-agent": "opencode/1.18.33"}
     body = chat(metadata={"ticket": "OTHER"}, tags=["free"], user="mallory", litellm_budget="x",
-                mock_response="free", stream_options={"include_usage": False})
+                mock_response="free", stream_options={"include_usage": False, "evil": 1},
+                fallbacks=[{"model": "other-group"}], input_cost_per_token=-1, api_base="http://127.0.0.1:1")
     response = await client.post("/v1/chat/completions", json=body, headers=spoofed)
     assert response.status_code == 200
     sent = route.calls.last.request
@@ -71,13 +72,12 @@ async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, 
     assert sent.headers["x-litellm-tags"] == "harness,opencode,team-a,ticket:ENG-412"
     assert json.loads(sent.headers["x-litellm-spend-logs-metadata"]) == {"ticket": "ENG-412"}
     assert "x-api-key" not in sent.headers
-    assert sent.headers["x-session-id"] == "ses_abc"
+    assert "x-session-id" not in sent.headers  # only allowlisted headers pass
     assert sent.headers["user-agent"] == "opencode/1.18.33"
     sent_body = json.loads(sent.content)
     assert sent_body["model"] == "coder"
     assert sent_body["stream_options"] == {"include_usage": True}
-    for field in ("metadata", "tags", "user", "litellm_budget", "mock_response"):
-        assert field not in sent_body
+    assert sorted(sent_body) == ["messages", "model", "stream", "stream_options"]
     assert TOKEN not in str(sent.headers) + sent.content.decode()
 
 

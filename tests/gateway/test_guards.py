@@ -131,3 +131,28 @@ async def test_64_concurrent_streams_are_each_recorded_exactly(upstream: Scripte
     assert len(records) == 64 and all(r.ok for r in records)
     assert sorted((r.usage.input_tokens, r.usage.output_tokens) for r in records if r.usage) == [
         (1000 + i, 10 + i) for i in range(64)]
+
+
+async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price(
+    upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream
+) -> None:
+    """SDK mode, the real litellm: fallbacks to another server, a tiny timeout and negative prices
+    in the body change nothing; the hostile server never hears from us."""
+    from opencode_gateway.accounting.pricing import Pricer
+    from opencode_gateway.gateway.upstream import SdkUpstream
+
+    upstream.script(Reply(text="priced as usual", usage=usage(1000, 50)))
+    records: list[RequestRecord] = []
+    target = Target("openai/gpt-4o-mini", SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-ours"), Tagging(),
+                    records.append)
+    app = create_app(Endpoint(token=TOKEN, target=target, pricer=Pricer()))
+    attack = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}], "timeout": 0.001,
+              "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": hostile_upstream.url, "api_key": "sk-ours"}],
+              "input_cost_per_token": -0.001, "output_cost_per_token": -0.001, "api_base": hostile_upstream.url}
+    async with EndpointServer(app) as server, httpx.AsyncClient(timeout=60) as client:
+        response = await client.post(f"{server.url}/v1/chat/completions", headers=AUTH, json=attack)
+        assert response.status_code == 200 and "usual" in response.text
+    assert len(upstream.requests) == 1 and hostile_upstream.requests == []
+    [record] = records
+    assert record.cost.usd is not None and record.cost.usd > 0 and record.cost.source == "litellm"
+    assert record.usage is not None and record.usage.input_tokens == 1000
