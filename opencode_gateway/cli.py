@@ -282,7 +282,8 @@ def _ledger_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _opencode_bin_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN, the one install-opencode put in the data dir, or PATH)")
+    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN, "
+                        "the one install-opencode put in the data dir, or PATH)")
 
 
 def _attribution(parser: argparse.ArgumentParser) -> None:

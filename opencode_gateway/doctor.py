@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,14 +33,13 @@ class Check:
 
 
 def _opencode(settings: Settings) -> Check:
-    from .opencode.binary import find_opencode
+    from .opencode.binary import find_opencode, opencode_version
 
     try:
         binary = find_opencode(settings.opencode_bin, settings.data_dir)
     except GatewayError as exc:
         return Check("opencode", False, str(exc))
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    return Check("opencode", True, f"OpenCode {version} at {binary}")
+    return Check("opencode", True, f"OpenCode {opencode_version(binary)} at {binary}")  # cached by find_opencode
 
 
 def _ripgrep(settings: Settings) -> Check:
@@ -74,22 +72,21 @@ def _gateway(settings: Settings) -> list[Check]:
     from .gateway.preflight import check_gateway
     from .gateway.upstream import gateway_base
 
-    names = ("reachable", "key", "group")
     base = settings.gateway_api_base
     if not base:
         return [Check("gateway", False, "no gateway URL: set LITELLM_PROXY_API_BASE or pass --api-base")]
     group = (settings.model or "")[len(GATEWAY_PREFIX):]
+    passed = [Check("reachable", True, base), Check("key", True, "accepted"),
+              Check("group", True, f"the key may use {group!r}")]
     try:
         asyncio.run(check_gateway(gateway_base(base), settings.gateway_api_key, group))
+        return passed
     except PreflightError as exc:
-        failed = names.index(exc.check)
-        passed = [Check("reachable", True, base), Check("key", True, "accepted")][:failed]
-        return [*passed, Check(exc.check, False, str(exc)),
-                *(Check(name, None, "not checked") for name in names[failed + 1:])]
+        failed, problem = [check.name for check in passed].index(exc.check), str(exc)
     except GatewayError as exc:  # a spent budget: reachable and known, but no call would pass
-        return [Check("reachable", True, base), Check("key", False, str(exc)), Check("group", None, "not checked")]
-    return [Check("reachable", True, base), Check("key", True, "accepted"),
-            Check("group", True, f"the key may use {group!r}")]
+        failed, problem = 1, str(exc)
+    return [*passed[:failed], Check(passed[failed].name, False, problem),
+            *(Check(check.name, None, "not checked") for check in passed[failed + 1:])]
 
 
 def diagnose(settings: Settings) -> list[Check]:

@@ -219,8 +219,8 @@ def _prepare(
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
     return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
-                 binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id, resumed_store=resumed_store,
-                 skills=loaded_skills, output=spec)
+                 binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
+                 resumed_store=resumed_store, skills=loaded_skills, output=spec)
 
 
 def _takes_run_options(function: Callable[..., T]) -> Callable[P, T]:

@@ -11,27 +11,21 @@ from typing import Any
 import httpx
 
 from ..errors import BudgetExceeded, PreflightError
-from .upstream import is_budget_error
+from .upstream import is_budget_error, one_line
 
 __all__ = ["check_gateway"]
 
 _TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 
-def _one_line(text: str) -> str:
-    """A body that is not JSON (a web server's HTML page) as one short line."""
-    line = " ".join(text.split())
-    return line if len(line) <= 200 else line[:199] + "…"
-
-
 def _message(response: httpx.Response) -> str:
     try:
         error = response.json().get("error")
     except (ValueError, AttributeError):
-        return _one_line(response.text)
+        return one_line(response.text, 200)
     if isinstance(error, dict):
-        return _one_line(str(error.get("message") or error))
-    return _one_line(str(error or response.text))
+        return one_line(str(error.get("message") or error), 200)
+    return one_line(str(error or response.text), 200)
 
 
 async def check_gateway(base_url: str, api_key: str | None, group: str, *,

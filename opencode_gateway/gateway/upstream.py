@@ -18,7 +18,7 @@ from .. import _litellm
 from .tagging import Tagging
 
 __all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body", "gateway_base",
-           "is_budget_error", "opencode_retries"]
+           "is_budget_error", "one_line", "opencode_retries"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
@@ -224,7 +224,7 @@ class SdkUpstream:
                 variables, provider = [], self.model.partition("/")[0]
             names = " or ".join(variables) or f"{provider.upper()}_API_KEY"
             if status in (401, 403) and "missing" not in message.lower():
-                return f"the {provider} key was rejected ({_one_line(message)}): check {names} or --api-key", 401
+                return f"the {provider} key was rejected ({one_line(message)}): check {names} or --api-key", 401
             return f"no {provider} key is set: litellm reads it from {names} (or pass --api-key)", 401
         return message, status
 
@@ -244,14 +244,15 @@ def _unreachable(exc: BaseException) -> str | None:
                 sign in str(cause) for sign in ("Connection refused", "Connect call failed")):
             return "connection refused"
         if isinstance(cause, httpx.ConnectError):
-            return f"cannot connect ({_one_line(str(cause)) or type(cause).__name__})"
+            return f"cannot connect ({one_line(str(cause)) or type(cause).__name__})"
         cause = cause.__cause__ or cause.__context__
     return None
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str, limit: int = 300) -> str:
+    """An error text (a provider's message, a web server's HTML page) as one line of at most `limit`."""
     line = " ".join(text.split())
-    return line if len(line) <= 300 else line[:299] + "…"
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _status(exc: BaseException) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import OpenCodeNotFound
 from .config import OPENCODE_VERSION
 
-__all__ = ["SUPPORTED", "find_opencode", "install_opencode", "pinned_binary", "supported"]
+__all__ = ["SUPPORTED", "find_opencode", "install_opencode", "opencode_version", "pinned_binary", "supported"]
 
 SUPPORTED = "1.18.x"  # the versions the suite runs against (it pins OPENCODE_VERSION)
 INSTALL = "run `opencode-gateway install-opencode`"
@@ -42,7 +42,7 @@ def _cache_file() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opencode-gateway" / "opencode-versions.json"
 
 
-def _version(binary: str) -> str:
+def opencode_version(binary: str) -> str:
     """`binary --version`, from the cache when the file has not changed since it was asked."""
     cache_file = _cache_file()
     stat = os.stat(binary)
@@ -71,7 +71,7 @@ def _version(binary: str) -> str:
 
 
 def _checked(binary: str) -> str:
-    version = _version(binary)
+    version = opencode_version(binary)
     if not supported(version):
         found = f"version {version!r}" if version else "no version"
         raise OpenCodeNotFound(f"{binary} is not a supported OpenCode: `--version` gave {found}, opencode-gateway "
@@ -106,7 +106,7 @@ def install_opencode(data_dir: Path, version: str = OPENCODE_VERSION) -> Path:
     if not _VERSION.match(version):
         raise OpenCodeNotFound(f"--version {version!r} is not a version such as {OPENCODE_VERSION}")
     binary = pinned_binary(data_dir)
-    if os.access(binary, os.X_OK) and _version(str(binary)) == version:
+    if os.access(binary, os.X_OK) and opencode_version(str(binary)) == version:
         return binary
     npm = shutil.which("npm")
     if npm is None:
