@@ -30,7 +30,10 @@ from .settings import Settings, beside
 
 __all__ = ["Batch", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "summary"]
 
-_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: never . or ..
+# Beside each task's workdir (not in it, where the agent and git would see it), a marker that a
+# batch made it: a folder is removed for a rerun only then.
+_MARKER = ".{}.made-by-opencode-gateway"
 # A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
 _OPTIONS: Mapping[str, tuple[type, ...]] = {
     "model": (str,), "metadata": (dict,), "tags": (list,), "workdir": (str,), "permissions": (str,),
@@ -56,7 +59,8 @@ def _task(raw: Any, where: str, tasks_file: Path) -> Task:
         raise SettingsError(f"{where}: unknown key {unknown[0]!r}; a task may have id, prompt, {', '.join(_OPTIONS)}")
     task_id, prompt = raw.get("id"), raw.get("prompt")
     if not isinstance(task_id, str) or not _ID.match(task_id):
-        raise SettingsError(f"{where}: id {task_id!r} is invalid: use letters, digits, . _ - (it names a folder)")
+        raise SettingsError(f"{where}: id {task_id!r} is invalid: use letters, digits, . _ - (it names a folder, "
+                            "so not . or ..)")
     if not isinstance(prompt, str) or not prompt.strip():
         raise SettingsError(f"{where}: task {task_id} has no prompt")
     options: dict[str, Any] = {}
@@ -139,7 +143,7 @@ class Batch:
         stem = path.stem
         default_id = f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
         if batch_id is not None and not _ID.match(batch_id):
-            raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ -")
+            raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ - (not . or ..)")
         return cls(path, batch_id or default_id, (workdir_root or path.parent / f"{stem}.work").resolve(),
                    (results_file or path.parent / f"{stem}.results.jsonl").resolve())
 
@@ -243,13 +247,22 @@ def summary(outcomes: Sequence[Outcome]) -> str:
 
 
 def _fresh_workdir(task: Task, batch: Batch) -> Path:
+    """An empty (or template) workdir for the task. One left by an earlier run goes, but only if a
+    batch made it: a real folder (no symlink), directly inside the root, with our marker beside it."""
     workdir = batch.workdir_root / task.id
-    if workdir.exists():
+    marker = batch.workdir_root / _MARKER.format(task.id)
+    if workdir.is_symlink() or workdir.exists():
+        ours = (not workdir.is_symlink() and workdir.is_dir() and workdir.resolve().parent == batch.workdir_root
+                and marker.is_file())
+        if not ours:
+            raise SettingsError(f"task {task.id}: {workdir} exists and was not made by a batch; move it away "
+                                "(or pass --workdir-root DIR)")
         shutil.rmtree(workdir)
     if task.template is not None:
         shutil.copytree(task.template, workdir, symlinks=True)
     else:
         workdir.mkdir(parents=True)
+    marker.write_text(f"{batch.batch_id}\n")
     return workdir
 
 

@@ -2,13 +2,14 @@
 
 Exit codes: 0 the run finished; 1 the run failed (error, timeout, budget exceeded); 2 a problem
 found before OpenCode starts (bad flags or settings, no usable OpenCode, a gateway that refuses);
-130 interrupted.
+130 interrupted (Ctrl-C); 143 and 129 stopped by SIGTERM and SIGHUP, handled like Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,15 @@ def _read(path: str, what: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"the {what} file {path} is not UTF-8 text (byte {exc.start})") from None
+
+
+def _stdin_text(what: str) -> str:
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"the {what} on stdin is not UTF-8 text (byte {exc.start})") from None
 
 
 def _output_schema(path: str | None) -> dict[str, Any] | None:
@@ -74,6 +84,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         agent=getattr(args, "agent", None),
         instructions=_read(instructions, "instructions") if instructions else None,
         skills=(*base.skills, *args.skill) if getattr(args, "skill", None) else None,
+        env=(*base.env, *args.env) if getattr(args, "env", None) else None,
         timeout=getattr(args, "timeout", None),
         opencode_bin=getattr(args, "opencode_bin", None),
         ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
@@ -106,7 +117,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import run, stream
 
     settings = _settings(args)
-    prompt = sys.stdin.read() if args.prompt == ["-"] else " ".join(args.prompt)
+    prompt = _stdin_text("prompt") if args.prompt == ["-"] else " ".join(args.prompt)
     options: dict[str, Any] = {"settings": settings, "workdir": args.workdir, "session_id": args.session,
                                "output": _output_schema(args.output_schema)}
     try:
@@ -298,6 +309,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: full)")
     parser.add_argument("--disable-tool", action="append", default=[], metavar="NAME",
                         help=f"turn a tool off: {', '.join(TOOLS)}")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                        help="pass the variable NAME to OpenCode (its environment is otherwise only PATH, LANG, "
+                        "LC_*, TZ, TERM and the like); repeatable; never a key the gateway uses")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -389,9 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     doctor.set_defaults(handler=_cmd_doctor)
 
-    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run or session")
+    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run, session or outcome")
     report.add_argument("--by", default="ticket", metavar="KEY",
-                        help="a metadata key (default: ticket), or model, tag, day, run, session")
+                        help="a metadata key (default: ticket), or model, tag, day, run, session, outcome (how runs ended: done, abandoned...)")
     report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD, UTC) or ISO time")
     report.add_argument("--until", metavar="DATE", help="up to this date, inclusive, or ISO time")
     report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
@@ -410,8 +424,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Stopped:
+    """SIGTERM and SIGHUP stop a command the way Ctrl-C does (OpenCode stopped, the request in
+    flight recorded, the run's row closed), then exit 128 + the signal's number. A signal the
+    command was started ignoring stays ignored (`nohup` ignores SIGHUP; `&` in a script, SIGINT)."""
+
+    signum = signal.SIGINT
+
+    @classmethod
+    def install(cls) -> None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, cls._as_interrupt)
+
+    @classmethod
+    def _as_interrupt(cls, signum: int, frame: Any) -> None:
+        cls.signum = signal.Signals(signum)
+        on_ctrl_c = signal.getsignal(signal.SIGINT)  # asyncio's runner's while a run goes
+        if not callable(on_ctrl_c):  # SIGINT ignored: stop all the same
+            raise KeyboardInterrupt
+        on_ctrl_c(signal.SIGINT, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _Stopped.install()
     try:
         return int(args.handler(args))
     except SettingsError as exc:
@@ -421,5 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"opencode-gateway: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("opencode-gateway: interrupted", file=sys.stderr)
-        return 130
+        signum = _Stopped.signum
+        print("opencode-gateway: interrupted" + ("" if signum == signal.SIGINT else f" ({signum.name})"),
+              file=sys.stderr)
+        return 128 + signum

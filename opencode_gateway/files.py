@@ -6,25 +6,31 @@ did (a `sed -i`, a generated file, an `rm`). Comparing the tree itself catches e
 
 A snapshot keeps the bytes of small files (to diff them later) and only the size and mtime of the
 rest; version-control folders are skipped. A tree too big to snapshot is reported, not walked.
+The workdir is the agent's (or a hostile repository's): only regular files are ever opened, and
+without blocking, so a FIFO, a socket or a device is listed by its metadata and never read; a walk
+that outlasts its deadline stops.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FileChange", "Snapshot", "TooManyFiles"]
+__all__ = ["FileChange", "Snapshot", "Unlisted"]
 
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 MAX_FILES = 100_000
 MAX_KEPT_BYTES = 256 * 1024 * 1024  # bytes of file content one snapshot keeps in memory at most
 
 
-class TooManyFiles(Exception):
-    """The workdir holds more files than a snapshot walks."""
+class Unlisted(Exception):
+    """The workdir could not be snapshotted: more files than a snapshot walks, or past the deadline."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,17 @@ def _text(content: bytes | None) -> list[str] | None:
         return None
 
 
-def _read(path: Path, is_link: bool) -> bytes:
-    # A symlink is compared by its target, never followed (it may point out of the workdir).
-    return os.readlink(path).encode() if is_link else path.read_bytes()
+def _read(path: Path, mode: int) -> bytes | None:
+    """A symlink's target (never followed: it may point out of the workdir), a regular file's
+    bytes, nothing of anything else. O_NONBLOCK: a file swapped for a FIFO since its lstat must not
+    block the walk; fstat then tells what was opened."""
+    if stat.S_ISLNK(mode):
+        return os.readlink(path).encode()
+    if not stat.S_ISREG(mode):
+        return None
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, "rb") as file:
+        return file.read() if stat.S_ISREG(os.fstat(descriptor).st_mode) else None
 
 
 @dataclass(frozen=True)
@@ -66,26 +80,28 @@ class Snapshot:
     entries: Mapping[str, _Entry]
 
     @classmethod
-    def take(cls, root: Path, *, max_file_bytes: int) -> Snapshot:
-        """Walk `root`; files up to `max_file_bytes` are kept whole. Raises TooManyFiles."""
+    def take(cls, root: Path, *, max_file_bytes: int, deadline: float = math.inf) -> Snapshot:
+        """Walk `root`; files up to `max_file_bytes` are kept whole. Raises Unlisted when the tree
+        is too big or `deadline` (time.monotonic()) passes."""
         entries: dict[str, _Entry] = {}
         kept = 0
         for directory, dirs, files in os.walk(root):
             linked = [d for d in dirs if os.path.islink(os.path.join(directory, d))]  # listed, never entered
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and d not in linked)
+            if time.monotonic() > deadline:
+                raise Unlisted(f"listing {root} took longer than the run's timeout")
             for name in (*files, *linked):
                 path = Path(directory, name)
                 try:
-                    stat = path.lstat()
-                    is_link = path.is_symlink()
-                    keep = stat.st_size <= max_file_bytes and kept + stat.st_size <= MAX_KEPT_BYTES
-                    content = _read(path, is_link) if keep else None
+                    info = path.lstat()
+                    keep = info.st_size <= max_file_bytes and kept + info.st_size <= MAX_KEPT_BYTES
+                    content = _read(path, info.st_mode) if keep else None
                 except OSError:  # gone or unreadable while we looked: not a change of the run's
                     continue
                 kept += len(content or b"")
-                entries[path.relative_to(root).as_posix()] = _Entry(stat.st_size, stat.st_mtime_ns, content)
+                entries[path.relative_to(root).as_posix()] = _Entry(info.st_size, info.st_mtime_ns, content)
                 if len(entries) > MAX_FILES:
-                    raise TooManyFiles(f"{root} holds over {MAX_FILES:,} files")
+                    raise Unlisted(f"{root} holds over {MAX_FILES:,} files")
         return cls(root, entries)
 
     def changes(self, after: Snapshot) -> tuple[FileChange, ...]:

@@ -36,7 +36,7 @@ def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
         headers={LAUNCH_HEADER: launch.header()},
     )
     env = oc_config.build_env(inherited, private_dir=private, data_dir=private / "data", config=config,
-                              secrets=settings.secrets)
+                              passed=settings.passed_env())
     env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD
     return env
 

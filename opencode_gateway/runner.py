@@ -44,7 +44,7 @@ from .errors import (
     UpstreamError,
 )
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
-from .files import FileChange, Snapshot, TooManyFiles
+from .files import FileChange, Snapshot, Unlisted
 from .gateway.app import Endpoint, Target, create_app
 from .gateway.preflight import check_gateway
 from .gateway.server import EndpointServer
@@ -62,6 +62,7 @@ from .opencode.events import Error, Event
 from .opencode.binary import find_opencode
 from .opencode.process import OpenCodeProcess, run_argv
 from .opencode.skills import Skill, install_skills, load_skills, skills_dir
+from .opencode.watchdog import Watchdog
 from .ordering import CausalOrder
 from .output import OutputSpec
 from .result import RunResult, final_text
@@ -206,6 +207,10 @@ def _prepare(
     ).validated()
     if not prompt.strip():
         raise SettingsError("the prompt is empty: give the task to run")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as lone surrogates
+        raise SettingsError(f"the prompt is not UTF-8 text (character {exc.start}): give the task as UTF-8") from None
     cwd = Path(workdir).expanduser().resolve()
     if not cwd.is_dir():
         raise SettingsError(f"workdir {cwd} is not a directory")
@@ -396,11 +401,11 @@ class _RunState:
         instructions.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
         return token_file, [str(instructions)]
 
-    async def _snapshot(self) -> Snapshot | None:
+    async def _snapshot(self, deadline: float) -> Snapshot | None:
         try:
             return await asyncio.to_thread(Snapshot.take, self.plan.workdir,
-                                           max_file_bytes=self.settings.diff_max_bytes)
-        except TooManyFiles as exc:
+                                           max_file_bytes=self.settings.diff_max_bytes, deadline=deadline)
+        except Unlisted as exc:
             self.warnings.append(f"file changes are not listed: {exc}")
             return None
 
@@ -412,6 +417,7 @@ class _RunState:
         # price must be looked up; importing it anyway would cost every run its 2.4 s of CPU.
         warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load)) if settings.mode == "sdk" else None
         started = time.monotonic()
+        deadline = started + settings.timeout  # the whole run, snapshots included, ends by then
         token = secrets.token_urlsafe(32)
         tagging = Tagging(settings.tags, settings.metadata, session_id=self.run_id,
                           tag_metadata_keys=settings.tag_metadata_keys)
@@ -420,11 +426,12 @@ class _RunState:
                               workdir=str(plan.workdir), metadata=settings.metadata, tags=tagging.all_tags,
                               session_id=plan.session_id)
         private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
+        watchdog = Watchdog([private])  # cleans up if this process is killed
         try:
             token_file, instruction_files = self._write_private_dir(private, token)
             data_home = plan.resumed_store or private / "data"
             data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-            before = await self._snapshot()
+            before = await self._snapshot(deadline)
             app = create_app(Endpoint(
                 token=token, target=Target(model, upstream, tagging, self.recorded, self.admit),
                 secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
@@ -440,11 +447,11 @@ class _RunState:
                 )
                 (private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
                 env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
-                                          secrets=settings.secrets)
+                                          passed=settings.passed_env())
                 argv = run_argv(plan.binary, oc_config.opencode_model(model), settings.agent, plan.session_id)
-                self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt)
+                self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=watchdog.tag)
                 try:
-                    outcome = await self.process.run(self.printed, settings.timeout)
+                    outcome = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
                 finally:
                     self.order.close()
             found_session = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
@@ -452,10 +459,11 @@ class _RunState:
                 store = _session_store(settings, found_session)
                 store.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(data_home), store)
-            after = await self._snapshot() if before is not None else None
+            after = await self._snapshot(deadline) if before is not None else None
         finally:
             await upstream.aclose()
             shutil.rmtree(private, ignore_errors=True)
+            watchdog.close()
             if warm is not None and not warm.done():
                 warm.cancel()
 

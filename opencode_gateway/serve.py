@@ -219,9 +219,12 @@ def server_app(settings: Settings, ledger: Ledger, token: str) -> tuple[Starlett
     return create_app(endpoint, stats=router.stats), router
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,
                 on_ready: Callable[[str, str], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM (or cancellation); then every session's run is closed."""
+    """Serve until SIGINT, SIGTERM or SIGHUP (or cancellation); then every session's run is closed."""
     try:
         running = ServerState.read(settings.data_dir)
     except SettingsError:
@@ -240,7 +243,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
             from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
     state_file = _paths(settings.data_dir)[1]
     try:
@@ -250,7 +253,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
                 on_ready(listening.url, str(token_file))
             await stop.wait()
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in _STOP_SIGNALS:
             loop.remove_signal_handler(signum)
         state_file.unlink(missing_ok=True)
         router.close()

@@ -7,7 +7,9 @@ config file can be committed without the keys it uses.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 
 from .accounting.budget import Budget
 from .accounting.pricing import Price
+from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
 
 __all__ = ["PERMISSION_MODES", "Settings", "beside", "check_permissions", "default_data_dir", "load_settings"]
@@ -80,6 +83,7 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff
     ledger: Path | None = None  # None: <data_dir>/ledger.db
+    env: tuple[str, ...] = ()  # variables passed to OpenCode on purpose (its environment is an allowlist)
 
     @property
     def budget(self) -> Budget:
@@ -112,7 +116,7 @@ class Settings:
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])
-        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills"):
+        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env"):
             if name in given:
                 given[name] = tuple(given[name])
         return dataclasses.replace(self, **given)
@@ -131,20 +135,42 @@ class Settings:
                 )
         check_permissions(self.permissions)
         for tag in self.tags:
-            if not tag or "," in tag or tag != tag.strip():
-                raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty and contain no comma or edge spaces")
+            if not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
+                raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty and contain no comma, edge spaces "
+                                    "or control characters (CR/LF)")
         for key in self.tag_metadata_keys:
-            if "," in str(self.metadata.get(key, "")):
-                raise SettingsError(f"metadata {key}={self.metadata[key]!r} contains a comma, but {key} is also "
-                                    "sent as a tag (tag_metadata_keys): remove the comma")
+            value = str(self.metadata.get(key, ""))
+            if "," in value or _CONTROL.search(value):
+                raise SettingsError(f"metadata {key}={self.metadata[key]!r} contains a comma or a control character "
+                                    f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it")
         for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
-            if getattr(self, name) <= 0:
+            if not 0 < getattr(self, name) < math.inf:
                 raise SettingsError(f"{name} {getattr(self, name)} is invalid: give a number of seconds above 0")
         for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
+            if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
                 raise SettingsError(f"{name} {value} is invalid: give a number above 0")
+        self.passed_env()
         return self
+
+    def passed_env(self) -> dict[str, str]:
+        """The variables named by `env`, checked: each must be set, not one opencode-gateway
+        manages, and not hold a key the gateway uses (which would hand it to the agent)."""
+        passed = {}
+        keys = gateway_keys(os.environ, (self.api_key, self.gateway_api_key))
+        for name in self.env:
+            if not _ENV_NAME.fullmatch(name):
+                raise SettingsError(f"--env {name!r} is not a variable name: give NAME (letters, digits, _)")
+            if name in _MANAGED_ENV or name.startswith(("XDG_", "OPENCODE_")):
+                raise SettingsError(f"--env {name}: opencode-gateway sets {name} itself for OpenCode")
+            if name not in os.environ:
+                raise SettingsError(f"--env {name}: {name} is not set in this environment")
+            value = os.environ[name]
+            if any(key in value for key in keys):
+                raise SettingsError(f"--env {name}: {name} holds a key the gateway uses, which the agent must "
+                                    "never see; give the agent a key of its own in another variable")
+            passed[name] = value
+        return passed
 
     @property
     def gateway_api_base(self) -> str | None:
@@ -156,8 +182,14 @@ class Settings:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The keys this process holds, which OpenCode, its config and every log must never see."""
-        return tuple(s for s in (self.api_key, self.gateway_api_key) if s)
+        """The keys this process holds, which OpenCode, its config and every log must never see:
+        the ones given, and every credential in the environment (litellm reads provider keys there)."""
+        return held_secrets(os.environ, (self.api_key, self.gateway_api_key))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MANAGED_ENV = {"HOME", "PWD", "NO_PROXY", "no_proxy"}
 
 
 # What config.yaml may contain, and the type each key must have.
@@ -189,6 +221,7 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "max_body_bytes": (int,),
     "diff_max_bytes": (int,),
     "ledger": (str,),
+    "env": (list,),
 }
 
 
@@ -205,6 +238,21 @@ def _resolve_env(value: Any, where: str) -> Any:
     return value
 
 
+def load_yaml(text: str) -> Any:
+    """Safe YAML without aliases: an alias can make a few hundred bytes expand to gigabytes (a
+    "billion laughs"), and no setting needs one."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", mark)
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)  # noqa: S506 (a SafeLoader)
+
+
 def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
     """Read a config.yaml into Settings (over `base`); None reads nothing."""
     base = base or Settings()
@@ -214,13 +262,16 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
 
     file = Path(path)
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = load_yaml(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SettingsError(f"{file}: cannot read the settings file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{file}: not UTF-8 text (byte {exc.start}): save the settings file as UTF-8") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SettingsError(f"{file}: not valid YAML{at}") from exc
+        problem = getattr(exc, "problem", None)
+        raise SettingsError(f"{file}: not valid YAML{at}{f' ({problem})' if problem else ''}") from exc
     if raw is None:
         return base
     if not isinstance(raw, dict):

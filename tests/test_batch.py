@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.records import RunUsage
-from opencode_gateway.batch import Batch, Outcome, Progress, load_tasks, summary
+from opencode_gateway.batch import Batch, Outcome, Progress, Task, _fresh_workdir, load_tasks, summary
 from opencode_gateway.errors import SettingsError, UpstreamError
 from opencode_gateway.events import RequestFinished
 from opencode_gateway.result import RunResult
@@ -44,6 +44,8 @@ def test_tasks_are_read_with_their_options_and_paths_beside_the_file(tmp_path: P
     ('["a list"]', "line 1: a task is a JSON object"),
     ({"id": "t1"}, "task t1 has no prompt"),
     ({"id": "../escape", "prompt": "x"}, "id '../escape' is invalid"),
+    ({"id": "..", "prompt": "x"}, "line 1: id '..' is invalid"),
+    ({"id": ".", "prompt": "x"}, "line 1: id '.' is invalid"),
     ({"id": "t1", "prompt": "x", "modle": "m"}, "unknown key 'modle'"),
     ({"id": "t1", "prompt": "x", "timeout": "soon"}, "timeout must be int or float"),
     ({"id": "t1", "prompt": "x", "workdir": "absent"}, "is not a folder"),
@@ -112,3 +114,43 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_under_the_finished_tasks(tmp
         "\r\x1b[Kt1: done · 2 requests · $0.250000 · 3.0 s\n"
         "\r\x1b[Kbatch b: 1/2 done · 0 failed · 0 running · 1,100 tokens · $0.250000 · ETA 0:03"
         "\r\x1b[K")
+
+
+@pytest.mark.parametrize("batch_id", [".", ".."])
+def test_a_batch_id_of_dots_is_refused(tmp_path: Path, batch_id: str) -> None:
+    with pytest.raises(SettingsError, match="batch id .* is invalid"):
+        Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}), batch_id=batch_id)
+
+
+def test_a_rerun_replaces_the_workdir_a_batch_made(tmp_path: Path) -> None:
+    batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
+    task = Task("t1", "a", {}, None)
+    first = _fresh_workdir(task, batch)
+    (first / "left-by-the-agent.txt").write_text("x")
+    again = _fresh_workdir(task, batch)
+    assert again == first and list(again.iterdir()) == []
+
+
+def test_a_folder_no_batch_made_is_never_removed(tmp_path: Path) -> None:
+    batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
+    task = Task("t1", "a", {}, None)
+    mine = batch.workdir_root / "t1"
+    mine.mkdir(parents=True)
+    (mine / "precious.txt").write_text("keep")
+    with pytest.raises(SettingsError, match="exists and was not made by a batch"):
+        _fresh_workdir(task, batch)
+    assert (mine / "precious.txt").read_text() == "keep"
+
+
+def test_a_workdir_the_agent_swapped_for_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
+    task = Task("t1", "a", {}, None)
+    workdir = _fresh_workdir(task, batch)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep")
+    workdir.rmdir()
+    workdir.symlink_to(elsewhere)  # what an agent in task t1 could do before a rerun
+    with pytest.raises(SettingsError, match="was not made by a batch"):
+        _fresh_workdir(task, batch)
+    assert (elsewhere / "precious.txt").read_text() == "keep"

@@ -80,6 +80,11 @@ def test_config_out_writes_a_file(tmp_path: Path) -> None:
         (["run", "-m", "m", "--skill", "/nonexistent/skill", "hi"], "skill folder /nonexistent/skill does not exist"),
         (["run", "-m", "m", "--instructions", "/nonexistent/rules.md", "hi"], "cannot read the instructions file"),
         (["run", "-m", "m", "--output-schema", "/nonexistent/s.json", "hi"], "cannot read the output schema file"),
+        (["run", "-m", "m", "--timeout", "nan", "hi"], "timeout nan is invalid"),
+        (["run", "-m", "m", "--max-cost", "nan", "hi"], "max_cost nan is invalid"),
+        (["run", "-m", "m", "--max-cost", "inf", "hi"], "max_cost inf is invalid"),
+        (["run", "-m", "m", "--tag", "a\r\nx-evil: 1", "hi"], "control characters"),
+        (["run", "-m", "m", "--env", "HOME", "hi"], "opencode-gateway sets HOME itself"),
     ],
 )
 def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -87,6 +92,24 @@ def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("how", ["stdin", "argv"])
+def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(how: str, tmp_path: Path, workdir: Path,
+                                                                    opencode_bin: str) -> None:
+    ledger = tmp_path / "ledger.db"
+    garbage = b"fix \xff\xfe\x00\x9c it"
+    argv = [*CLI, "run", "-m", "openai/m", "--api-key", "sk-x", "--opencode-bin", opencode_bin, "--workdir",
+            str(workdir), "--ledger", str(ledger)]
+    if how == "stdin":
+        result = subprocess.run([*argv, "-"], input=garbage, capture_output=True, timeout=120)
+    else:
+        result = subprocess.run([*(a.encode() for a in argv), garbage.replace(b"\x00", b"")], capture_output=True,
+                                timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "not UTF-8 text" in lines[0], result.stderr
+    assert not ledger.exists()  # nothing started: no run row, no OpenCode
 
 
 @pytest.mark.e2e

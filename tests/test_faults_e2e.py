@@ -3,6 +3,7 @@ an upstream that misbehaves on cue, Ctrl-C, orphans. Every case ends as describe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -162,25 +163,71 @@ def test_no_process_outlives_the_run(upstream: ScriptedUpstream, workdir: Path, 
     assert _processes_with(marker) == []
 
 
-def test_ctrl_c_stops_opencode_keeps_the_ledger_and_exits_130(
-    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
-) -> None:
-    ledger = tmp_path / "ledger.db"
-    upstream.script(tool_turn(workdir, "a"), Reply(text="slow " * 100, chunk_delay=0.5))
+_SIGINT_AS_IN_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                            "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path) -> subprocess.Popen[str]:
+    """The CLI on a run whose second request streams slowly; returned once that request arrived.
+    It starts with SIGINT handled, as from a terminal: a suite started in the background (`&` in a
+    script) ignores SIGINT, and so would every program it starts."""
     cli = subprocess.Popen(
-        [sys.executable, "-m", "opencode_gateway", "run", "-m", "litellm_proxy/coder", "--api-base", upstream.url,
+        [sys.executable, "-c", _SIGINT_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "run", "-m", "litellm_proxy/coder", "--api-base", upstream.url,
          "--api-key", "sk-v", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger),
          "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while len(upstream.requests) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(upstream.requests) == 2
-    cli.send_signal(signal.SIGINT)
+    return cli
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_sigterm_and_sighup_stop_opencode_keep_the_ledger_and_exit_128_plus_the_signal(
+    signum: signal.Signals, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    upstream.script(tool_turn(workdir, "a"), Reply(text="slow " * 100, chunk_delay=0.5))
+    cli = _cli_run(upstream, workdir, opencode_bin, ledger)
+    cli.send_signal(signum)
     _, stderr = cli.communicate(timeout=90)  # from the signal; generous for a machine running a second suite
-    assert cli.returncode == 130, stderr
+    assert cli.returncode == 128 + signum, stderr
     assert "interrupted" in stderr
     db = sqlite3.connect(ledger)
     assert db.execute("SELECT stop_reason FROM runs").fetchone() == ("interrupted",)
     assert db.execute("SELECT count(*) FROM requests WHERE status_code = 200").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM requests").fetchone() == (2,)  # the one in flight too
     assert _processes_with(str(workdir)) == [] or all(
         Path(f"/proc/{pid}/cwd").resolve() != workdir.resolve() for pid in _processes_with(str(workdir)))
+
+
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(entry.partition("=")[::2] for entry in entries if "=" in entry)
+
+
+def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    marker = f"orphan-check-{os.getpid()}-{time.monotonic_ns()}"
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
+                                            "description": "start a background job"})]),
+        Reply(text="slow " * 100, chunk_delay=0.5))
+    cli = _cli_run(upstream, workdir, opencode_bin, ledger)
+    job = _processes_with(marker)
+    assert job, "the agent's background job runs"
+    private = Path(_environ(job[0])["XDG_CONFIG_HOME"]).parent
+    assert (private / "token").exists()
+    cli.kill()
+    cli.wait(timeout=30)
+    deadline = time.monotonic() + 30  # from the kill
+    while (_processes_with(marker) or private.exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == [], "the agent's job outlived the gateway"
+    assert not private.exists(), "the token was left behind"
+    report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "outcome", "--ledger",
+                             str(ledger), "--format", "json"], capture_output=True, text=True, timeout=120)
+    groups = {group["key"]: group for group in json.loads(report.stdout)["groups"]}
+    assert set(groups) == {"abandoned"} and groups["abandoned"]["requests"] >= 1, report

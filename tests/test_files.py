@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from opencode_gateway import files
-from opencode_gateway.files import FileChange, Snapshot, TooManyFiles
+from opencode_gateway.files import FileChange, Snapshot, Unlisted
 
 
 def take(root: Path, max_file_bytes: int = 1024) -> Snapshot:
@@ -80,7 +82,7 @@ def test_a_tree_with_too_many_files_is_refused(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(files, "MAX_FILES", 3)
     for name in "abcd":
         (tmp_path / name).write_text(name)
-    with pytest.raises(TooManyFiles, match="holds over 3 files"):
+    with pytest.raises(Unlisted, match="holds over 3 files"):
         take(tmp_path)
 
 
@@ -92,3 +94,34 @@ def test_past_the_memory_budget_files_are_compared_by_size_and_mtime(tmp_path: P
     before = take(tmp_path)
     (tmp_path / "b.txt").write_text("changed!")
     assert [c.change for c in before.changes(take(tmp_path))] == ["modified"]
+
+
+def test_fifos_sockets_and_devices_are_listed_never_opened(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "before.fifo")  # a read would block forever: no writer ever comes
+    before = take(tmp_path)
+    os.mkfifo(tmp_path / "made-by-the-agent.fifo")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "agent.sock"))
+        changes = before.changes(take(tmp_path))
+    assert changes == (FileChange("agent.sock", "created", None), FileChange("made-by-the-agent.fifo", "created", None))
+
+
+def test_a_file_swapped_for_a_fifo_after_its_lstat_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.txt").write_text("x")
+    real_lstat = Path.lstat
+
+    def lstat_then_swap(path: Path) -> os.stat_result:
+        info = real_lstat(path)
+        if path.name == "a.txt":  # the agent's race: a regular file at lstat, a FIFO at open
+            path.unlink()
+            os.mkfifo(path)
+        return info
+
+    monkeypatch.setattr(Path, "lstat", lstat_then_swap)
+    assert take(tmp_path).entries["a.txt"].content is None
+
+
+def test_a_walk_past_its_deadline_stops(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(Unlisted, match="took longer than the run's timeout"):
+        Snapshot.take(tmp_path, max_file_bytes=1024, deadline=time.monotonic() - 1)

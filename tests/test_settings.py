@@ -74,6 +74,15 @@ def test_missing_file_is_a_settings_error(tmp_path: Path) -> None:
         (Settings(model="m", permissions="yolo"), "use one of read-only, edit, full"),
         (Settings(model="m", tags=("a,b",)), "contain no comma"),
         (Settings(model="m", timeout=0), "timeout 0 is invalid"),
+        (Settings(model="m", timeout=float("nan")), "timeout nan is invalid"),
+        (Settings(model="m", max_cost=float("nan")), "max_cost nan is invalid"),
+        (Settings(model="m", max_cost=float("inf")), "max_cost inf is invalid"),
+        (Settings(model="m", tags=("a\r\nx-evil: 1",)), "control characters"),
+        (Settings(model="m", metadata={"ticket": "ENG-1\nx"}), "control character"),
+        (Settings(model="m", env=("HOME",)), "sets HOME itself"),
+        (Settings(model="m", env=("OPENCODE_CONFIG",)), "sets OPENCODE_CONFIG itself"),
+        (Settings(model="m", env=("NOT_SET_ANYWHERE_X",)), "is not set in this environment"),
+        (Settings(model="m", env=("a-b",)), "is not a variable name"),
     ],
 )
 def test_validation_refuses_what_cannot_run(settings: Settings, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,3 +115,39 @@ def test_skill_folders_in_a_file_are_found_beside_it(tmp_path: Path) -> None:
     assert settings.skills == (str(tmp_path / "skills" / "notes"), "/abs/other")
     assert settings.instructions == "Prefer small diffs."
     assert settings.diff_max_bytes == 1000
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "LITELLM_PROXY_API_KEY", "COPY_OF_THE_KEY"])
+def test_env_refuses_a_variable_holding_a_key_the_gateway_uses(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-0123456789")
+    monkeypatch.setenv("LITELLM_PROXY_API_KEY", "sk-virtual-key")
+    monkeypatch.setenv("COPY_OF_THE_KEY", "Bearer sk-openai-0123456789")
+    with pytest.raises(SettingsError, match=f"--env {name}: {name} holds a key the gateway uses"):
+        Settings(model="openai/m", env=(name,)).validated()
+
+
+def test_env_passes_a_named_variable_that_holds_no_gateway_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_0123456789abcdef")
+    assert Settings(model="openai/m", env=("GITHUB_TOKEN",)).validated().passed_env() == {
+        "GITHUB_TOKEN": "ghp_0123456789abcdef"}
+
+
+def test_secrets_include_every_credential_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-0123456789")
+    monkeypatch.setenv("SENTRY_AUTH_TOKEN", "sntrys_0123456789")
+    secrets = Settings(model="openai/m", api_key="sk-given").secrets
+    assert {"sk-given", "sk-openai-0123456789", "sntrys_0123456789"} <= set(secrets)
+
+
+def test_a_yaml_alias_is_refused_so_no_file_can_expand_without_bound(tmp_path: Path) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+           "opencode_config: {c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]}\n"
+    with pytest.raises(SettingsError, match="aliases .* are not allowed"):
+        load_settings(write(tmp_path, bomb))
+
+
+def test_a_settings_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"model: caf\xe9\n")
+    with pytest.raises(SettingsError, match="not UTF-8 text"):
+        load_settings(path)

@@ -8,7 +8,10 @@ endpoint's event loop never waits on the disk.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +75,8 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX requests_by_run ON requests(run_id);
     CREATE INDEX requests_by_time ON requests(started_at);
     """,
+    # The process that runs the run (host:pid:start time): a run whose process is gone is abandoned.
+    "ALTER TABLE runs ADD COLUMN owner TEXT",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -86,11 +91,93 @@ def _describe(path: Path, exc: sqlite3.Error) -> LedgerError:
     return LedgerError(f"ledger {path}: {text}")
 
 
+def _create_private(path: Path) -> None:
+    """The ledger's folder (0700) and file (0600), if they do not exist yet: it names every ticket,
+    workdir and error. SQLite gives its -wal and -shm files the database file's mode."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+
+
+def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
+    """Switch the file to WAL once. The switch takes an exclusive lock without waiting for it (SQLite
+    calls no busy handler there), so when many processes open a fresh file at once, retry."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Bring the schema up to date under an exclusive lock: of many processes opening a fresh
+    ledger at once, one migrates and the others then find it done."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        for number in range(version, SCHEMA_VERSION):
+            for statement in filter(str.strip, _MIGRATIONS[number].split(";")):
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version={max(version, SCHEMA_VERSION)}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _this_process() -> str:
+    """host:pid:start time, which names one process even after its pid is reused."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+def _gone(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not started:
+        return False  # another machine's run, or no way to tell: leave it as it is
+    return _start_time(int(pid)) != started
+
+
+def _mark_abandoned(connection: sqlite3.Connection) -> None:
+    """Close the rows of runs whose process is gone (killed, or its machine rebooted): they end
+    as `abandoned`, with the totals of the requests they recorded."""
+    open_runs = connection.execute("SELECT run_id, owner FROM runs WHERE ended_at IS NULL AND owner IS NOT NULL")
+    for run_id in [row[0] for row in open_runs.fetchall() if _gone(row[1])]:
+        connection.execute(
+            "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
+            "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
+            "error = 'the process running it ended without closing it (killed?)', "
+            + ", ".join(f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
+                        for column, total in _RUN_TOTALS.items())
+            + " WHERE run_id = ? AND ended_at IS NULL", (run_id,))
+
+
+_RUN_TOTALS = {
+    "requests": "COUNT(*)", "input_tokens": "SUM(input_tokens)", "output_tokens": "SUM(output_tokens)",
+    "cache_read_tokens": "SUM(cache_read_tokens)", "cache_write_tokens": "SUM(cache_write_tokens)",
+    "reasoning_tokens": "SUM(reasoning_tokens)", "cost": "SUM(cost)", "unpriced_requests": "SUM(cost IS NULL)",
+}
+
+
 def connect(path: Path, *, migrate: bool = True, timeout: float = 5.0) -> sqlite3.Connection:
-    """An open, migrated connection; LedgerError says what is wrong with the file otherwise."""
+    """An open, migrated connection, with abandoned runs closed; LedgerError says what is wrong
+    with the file otherwise."""
     try:
         if migrate:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
         elif not path.exists():
             raise LedgerError(f"no ledger at {path}: runs write one there (or pass --ledger PATH)")
         connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
@@ -101,12 +188,17 @@ def connect(path: Path, *, migrate: bool = True, timeout: float = 5.0) -> sqlite
             raise LedgerError(f"ledger {path} has schema version {version}, newer than this opencode-gateway "
                               f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway")
         if migrate:
-            connection.execute("PRAGMA journal_mode=WAL")
+            _use_wal(connection, timeout)
             connection.execute("PRAGMA synchronous=NORMAL")
-            for number in range(version, SCHEMA_VERSION):
-                connection.executescript(f"BEGIN; {_MIGRATIONS[number]}; PRAGMA user_version={number + 1}; COMMIT;")
+            if version < SCHEMA_VERSION:
+                _migrate(connection)
         elif version < SCHEMA_VERSION:
             raise LedgerError(f"ledger {path} has schema version {version}: open it once with a run to migrate it")
+        try:
+            _mark_abandoned(connection)
+        except sqlite3.OperationalError:
+            if migrate:  # a reader (report) may lack write access; the next run closes them
+                raise
         return connection
     except sqlite3.Error as exc:
         raise _describe(path, exc) from exc
@@ -154,9 +246,9 @@ class Ledger:
     def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
                   metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None) -> None:
         self._submit(self._write, "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, "
-                     "tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     "tags, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (run_id, session_id, started_at, model, mode, workdir, json.dumps(dict(metadata)),
-                      json.dumps(list(tags)))).result()
+                      json.dumps(list(tags)), _this_process())).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:

@@ -1,5 +1,5 @@
-"""Spend reports over the ledger: totals per ticket (or any metadata key), model, tag, day, run or
-session, with every token kind, the cost, and how many requests could not be priced."""
+"""Spend reports over the ledger: totals per ticket (or any metadata key), model, tag, day, run,
+session or outcome, with every token kind, the cost, and how many requests could not be priced."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ BUILT_IN_GROUPS: Mapping[str, str] = {
     "day": "date(q.started_at, 'unixepoch')",
     "run": "q.run_id",
     "session": "COALESCE(r.session_id, q.session_id)",
+    "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
 }
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SUMS = """COUNT(DISTINCT q.run_id) AS runs, COUNT(*) AS requests,

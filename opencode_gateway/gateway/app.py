@@ -29,6 +29,7 @@ from starlette.routing import Route
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
+from ..credentials import redact
 from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import StreamStalled, Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
@@ -95,10 +96,7 @@ class Endpoint:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), self.token.encode())
 
     def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret:
-                text = text.replace(secret, "[REDACTED]")
-        return text
+        return redact(text, self.secrets)
 
 
 def _error(message: str, status_code: int, kind: str) -> Response:

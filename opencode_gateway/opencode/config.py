@@ -10,7 +10,6 @@ opencode.json written beside it is for people to read.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,13 +67,12 @@ _MANAGED_TOP = {
 }
 _MANAGED_PER_AGENT = {"model": "use -m/--model", "permission": "use --permissions", "tools": "use --disable-tool"}
 
-# Environment variables that may carry credentials; none of them reaches OpenCode.
-_CREDENTIAL_PREFIXES = (
-    "OPENAI_", "ANTHROPIC_", "LITELLM_", "AZURE_", "AWS_", "GEMINI_", "GOOGLE_", "VERTEX", "MISTRAL_",
-    "COHERE_", "GROQ_", "DEEPSEEK_", "OPENROUTER_", "TOGETHER", "FIREWORKS_", "XAI_", "HF_", "HUGGINGFACE",
-    "PERPLEXITY", "REPLICATE_", "DATABRICKS_", "WATSONX_", "BEDROCK", "CLAUDE_", "OPENCODE_",
-)
-_CREDENTIAL_WORDS = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH", re.I)
+# What OpenCode inherits of the caller's environment; everything else stays out (`--env NAME` adds
+# a variable on purpose). Each is needed by OpenCode or by the commands its tools run, and none
+# carries a credential: finding tools (PATH), text encoding and dates (LANG, LANGUAGE, LC_*, TZ),
+# the terminal of a launched TUI (TERM, COLORTERM), temp files (TMPDIR), the bash tool's shell
+# (SHELL) and who the user is for git and friends (USER, LOGNAME).
+_INHERITED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "TMPDIR", "SHELL", "USER", "LOGNAME"})
 
 
 def opencode_model(model: str) -> str:
@@ -171,27 +169,19 @@ def build_config(
     return _merge(user_config, managed)
 
 
-def _is_credential(name: str) -> bool:
-    upper = name.upper()
-    return upper.startswith(_CREDENTIAL_PREFIXES) or bool(_CREDENTIAL_WORDS.search(upper))
-
-
 def build_env(
     inherited: Mapping[str, str],
     *,
     private_dir: Path,
     data_dir: Path,
     config: Mapping[str, Any],
-    secrets: Sequence[str] = (),
+    passed: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """OpenCode's environment: the inherited one without credentials or OpenCode switches, plus
-    private HOME/XDG dirs, the config as content, and the switches that keep OpenCode offline and
-    away from the user's and the repository's own settings."""
-    env = {
-        name: value
-        for name, value in inherited.items()
-        if not _is_credential(name) and not any(s and s in value for s in secrets)
-    }
+    """OpenCode's environment: an allowlist of the inherited one and the variables `passed` on
+    purpose, plus private HOME/XDG dirs, the config as content, and the switches that keep
+    OpenCode offline and away from the user's and the repository's own settings."""
+    env = {name: value for name, value in inherited.items() if name in _INHERITED or name.startswith("LC_")}
+    env.update(passed or {})
     no_proxy = ",".join(filter(None, [inherited.get("NO_PROXY") or inherited.get("no_proxy"), "127.0.0.1,localhost"]))
     env.update(
         HOME=str(private_dir / "home"),

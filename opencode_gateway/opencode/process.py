@@ -9,7 +9,6 @@ import collections
 import contextlib
 import os
 import signal
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ __all__ = ["OpenCodeProcess", "Outcome", "run_argv"]
 
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
-_RUN_TAG = "OPENCODE_GATEWAY_PROCESS_TAG"
 _KILL_GRACE_S = 3.0
 
 
@@ -60,11 +58,12 @@ class Outcome:
 class OpenCodeProcess:
     """One `opencode run`. `await run(...)` returns when it exits, times out, or is stopped."""
 
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str) -> None:
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str, tag: str) -> None:
         self.argv = list(argv)
-        # Every process OpenCode starts inherits this tag, even one that leaves its process group
-        # and session (OpenCode's bash tool starts commands detached): kill() finds them by it.
-        self._tag = f"{_RUN_TAG}={uuid.uuid4().hex}"
+        # Every process OpenCode starts inherits this tag (NAME=value, the run's Watchdog's), even
+        # one that leaves its process group and session (OpenCode's bash tool starts commands
+        # detached): kill() finds them by it, and so does the watchdog if we are killed.
+        self._tag = tag
         name, _, value = self._tag.partition("=")
         # OpenCode takes its project directory from $PWD when set, not from the real cwd.
         self.env = {**env, "PWD": str(cwd), name: value}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SettingsError
+from ..settings import load_yaml
 
 __all__ = ["Skill", "install_skills", "load_skills", "skills_dir"]
 
@@ -39,7 +40,7 @@ def _load(folder: Path) -> Skill:
     text = manifest.read_text(encoding="utf-8", errors="replace")
     match = _FRONTMATTER.match(text)
     try:
-        meta = yaml.safe_load(match.group(1)) if match else None
+        meta = load_yaml(match.group(1)) if match else None
     except yaml.YAMLError:
         meta = None
     if not isinstance(meta, dict):

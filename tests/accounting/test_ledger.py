@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, connect
+from opencode_gateway.accounting.ledger import _MIGRATIONS, SCHEMA_VERSION, Ledger, connect
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
@@ -113,3 +118,78 @@ def test_a_failed_write_is_kept_for_the_run_to_report(tmp_path: Path) -> None:
     ledger.flush()
     assert ledger.failure is not None and "UNIQUE constraint failed" in str(ledger.failure)
     ledger.close()
+
+
+def test_a_new_ledger_and_its_folder_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / "ledger.db"
+    ledger = Ledger(path)
+    start(ledger, "run_1")
+    ledger.record_request("run_1", record("r1"))
+    ledger.flush()
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    for file in (path, path.with_name("ledger.db-wal"), path.with_name("ledger.db-shm")):
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+    ledger.close()
+
+
+def test_a_ledger_at_version_1_gains_the_owner_column(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.executescript(f"{_MIGRATIONS[0]}; PRAGMA user_version=1;")
+    db.execute("INSERT INTO runs (run_id, started_at, model, mode) VALUES ('run_old', 1, 'm', 'sdk')")
+    db.commit()
+    Ledger(path).close()
+    row = sqlite3.connect(path).execute("SELECT run_id, owner, stop_reason FROM runs").fetchone()
+    assert row == ("run_old", None, None)  # a run of no known process is left as it was
+
+
+def _open_at(path: str, moment: float) -> str:
+    time.sleep(max(0.0, moment - time.time()))
+    try:
+        Ledger(Path(path)).close()
+    except LedgerError as exc:
+        return str(exc)
+    return "ok"
+
+
+def test_a_fresh_ledger_opened_by_many_processes_at_once_never_fails(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(8) as pool:
+        for trial in range(5):
+            path = str(tmp_path / f"ledger{trial}.db")
+            moment = time.time() + 1.5  # all eight open at the same instant, once the pool is up
+            assert pool.starmap(_open_at, [(path, moment)] * 8) == ["ok"] * 8
+            assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+_STARTS_A_RUN_AND_WAITS = """
+import sys, time
+from pathlib import Path
+from opencode_gateway.accounting.ledger import Ledger
+from tests.accounting.test_ledger import record, start
+ledger = Ledger(Path(sys.argv[1]))
+start(ledger, "run_killed")
+ledger.record_request("run_killed", record("r1", cost=0.25))
+ledger.flush()
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    process = subprocess.Popen([sys.executable, "-c", _STARTS_A_RUN_AND_WAITS, str(path)], stdout=subprocess.PIPE,
+                               text=True, cwd=Path(__file__).parents[2])
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "started\n"
+        alive = connect(path)  # its process still runs: the run stays open
+        assert alive.execute("SELECT stop_reason FROM runs").fetchone()[0] is None
+        alive.close()
+    finally:
+        process.kill()
+        process.wait()
+    connection = connect(path)
+    row = connection.execute("SELECT stop_reason, ended_at, requests, cost, error FROM runs").fetchone()
+    assert row["stop_reason"] == "abandoned"
+    assert row["ended_at"] == 1_790_000_000.5 and row["requests"] == 1 and row["cost"] == 0.25
+    assert "ended without closing it" in row["error"]

@@ -1,0 +1,59 @@
+"""Which environment variables hold credentials, and which values this process must never show.
+
+The gateway process holds keys OpenCode must never see: the ones given to it, and every provider
+key litellm may read from the environment in SDK mode. Nothing decides from a variable's name
+whether it reaches OpenCode (that is an allowlist, opencode/config.py); names decide only what is
+redacted and what `--env` refuses to pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact"]
+
+REDACTED = "[REDACTED]"
+# A value shorter than this is not redacted when it is found only by its variable's name: a
+# `..._TOKEN=1` switch would otherwise blank every "1" of every error message.
+_MIN_FOUND_LEN = 8
+
+_CREDENTIAL_WORDS = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH|_KEY$", re.I)
+# Prefixes of the variables LiteLLM reads provider credentials from (and its own).
+_PROVIDER_PREFIXES = (
+    "OPENAI_", "ANTHROPIC_", "LITELLM_", "AZURE_", "AWS_", "GEMINI_", "GOOGLE_", "VERTEX", "MISTRAL_",
+    "COHERE_", "GROQ_", "DEEPSEEK_", "OPENROUTER_", "TOGETHER", "FIREWORKS_", "XAI_", "HF_", "HUGGINGFACE",
+    "PERPLEXITY", "REPLICATE_", "DATABRICKS_", "WATSONX_", "BEDROCK", "NVIDIA_", "CEREBRAS_", "SAMBANOVA_",
+    "VOYAGE_", "OLLAMA_", "DASHSCOPE_", "MOONSHOT_", "ANYSCALE_", "DEEPINFRA_", "AI21_", "NLP_CLOUD_",
+)
+
+
+def is_credential(name: str) -> bool:
+    """Whether a variable's name says it holds a credential (API_KEY, TOKEN, SECRET, PASSWORD...)."""
+    return bool(_CREDENTIAL_WORDS.search(name))
+
+
+def gateway_keys(environ: Mapping[str, str], explicit: Iterable[str | None]) -> tuple[str, ...]:
+    """The keys the gateway itself may use: the ones it was given and, for SDK mode, every
+    provider credential in its environment (litellm reads them by name)."""
+    found = (value for name, value in environ.items()
+             if name.upper().startswith(_PROVIDER_PREFIXES) and is_credential(name) and len(value) >= _MIN_FOUND_LEN)
+    return _unique([*(key for key in explicit if key), *found])
+
+
+def held_secrets(environ: Mapping[str, str], explicit: Iterable[str | None]) -> tuple[str, ...]:
+    """Every value to redact: the given keys and the value of every credential variable in the
+    environment, provider or not (a DSN's password, a GitHub token)."""
+    found = (value for name, value in environ.items() if is_credential(name) and len(value) >= _MIN_FOUND_LEN)
+    return _unique([*(key for key in explicit if key), *found])
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced; longer secrets first, so one that holds another goes whole."""
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def _unique(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
