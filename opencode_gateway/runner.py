@@ -31,6 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 from . import _litellm
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
+from .accounting.account import RunAccount
 from .accounting.records import RequestRecord, totals
 from .errors import (
     BudgetExceeded,
@@ -324,27 +325,28 @@ class _RunState:
         self.on_event = on_event
         self.deltas = deltas
         self.run_id = "run_" + uuid.uuid4().hex
-        self.records: list[RequestRecord] = []
+        self.pricer = Pricer(plan.settings.pricing)
+        self.account = RunAccount(plan.settings.budget, pricer=self.pricer, on_record=self.recorded)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure, or the refusal, that ended the run
         self.process: OpenCodeProcess | None = None
-        self.budget = plan.settings.budget
         self.warnings: list[str] = []  # of the runner's own (a tree too big to snapshot)
         self.finished = False
         self.order = CausalOrder()
 
-    def admit(self) -> str | None:
-        return self.budget.refusal(self.records) if self.budget else None
+    @property
+    def records(self) -> list[RequestRecord]:
+        assert self.account.records is not None  # a run keeps its records (RunResult.requests)
+        return self.account.records
 
     def recorded(self, record: RequestRecord) -> None:
-        self.records.append(record)
+        """A request's record, counted by the account: into the ledger, and out as an event."""
         self.ledger.record_request(self.run_id, record)
-        usage, cost, _ = totals(self.records)
+        usage = self.account.usage
         self.seen(RequestFinished(record.session_id, request_id=record.request_id, status_code=record.status_code,
                                   usage=record.usage.to_dict() if record.usage else None, cost=record.cost.usd,
                                   cost_source=record.cost.source, run_tokens=usage.input_tokens + usage.output_tokens,
-                                  run_cost=cost,
-                                  error=record.error))
+                                  run_cost=self.account.cost, error=record.error))
         # The endpoint has already retried what can be retried; OpenCode would retry again for
         # minutes (or forever, after a cut stream), and a refused call would be retried too.
         # End the run with the error instead.
@@ -379,10 +381,10 @@ class _RunState:
         if self.finished:
             return
         self.finished = True
-        usage, cost, _ = totals(self.records)
+        account = self.account
         self.ledger.update_run(run_id=self.run_id, ended_at=time.time(), session_id=session_id,
-                               stop_reason=stop_reason, error=error, usage=usage, cost=cost,
-                               unpriced=sum(r.cost.usd is None for r in self.records))
+                               stop_reason=stop_reason, error=error, usage=account.usage, cost=account.cost,
+                               unpriced=account.unpriced)
         self.ledger.flush()
 
     def _write_private_dir(self, private: Path, token: str) -> tuple[Path, list[str]]:
@@ -433,8 +435,8 @@ class _RunState:
             data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
             before = await self._snapshot(deadline)
             app = create_app(Endpoint(
-                token=token, target=Target(model, upstream, tagging, self.recorded, self.admit),
-                secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing), estimate_usage=settings.estimate_usage,
+                token=token, target=Target(model, upstream, tagging, self.account),
+                secrets=(*settings.secrets, token), pricer=self.pricer, estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
                 on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
             ))
@@ -469,7 +471,7 @@ class _RunState:
 
         files: tuple[FileChange, ...] = before.changes(after) if before is not None and after is not None else ()
         usage, cost, warnings = totals(self.records)
-        warnings += (*self.budget.overshoot(self.records), *self.warnings)
+        warnings += (*self.account.budget.overshoot(self.account.spent), *self.warnings)
         error: GatewayError | None
         if self.fatal is not None and self.fatal.cost.source == "refused":
             stop_reason = "budget_exceeded"

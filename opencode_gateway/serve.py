@@ -26,9 +26,10 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
+from .accounting.account import RunAccount, Totals
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
-from .accounting.records import RequestRecord, totals
+from .accounting.records import RequestRecord
 from .errors import SettingsError
 from .gateway.app import BadRequest, Endpoint, Target, create_app
 from .gateway.server import EndpointServer
@@ -120,7 +121,9 @@ class ServerState:
 
 
 class _SessionRun:
-    """One OpenCode session's requests at the server: one ledger run, its totals kept current."""
+    """One OpenCode session's requests at the server: one ledger run, its totals kept current as
+    each request ends (incrementally: a long session costs no more per request than a short one,
+    and no record is kept in memory). The budget is that of the session's first model."""
 
     def __init__(self, router: SessionRouter, session_id: str | None, model: str, launch: Launch) -> None:
         settings = router.settings
@@ -131,8 +134,10 @@ class _SessionRun:
         self.metadata = {**settings.metadata, **launch.metadata}
         self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
                                session_id=self.run_id, tag_metadata_keys=settings.tag_metadata_keys)
-        self.records: list[RequestRecord] = []
+        self.account = RunAccount(settings.budget_for(model), pricer=router.pricer, keep_records=False,
+                                  on_record=self.recorded)
         self.targets: dict[str, Target] = {}
+        self.ended_at = time.time()
         router.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model,
                                 mode="gateway" if model.startswith(GATEWAY_PREFIX) else "sdk",
                                 workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
@@ -140,27 +145,20 @@ class _SessionRun:
 
     def target(self, model: str) -> Target:
         if model not in self.targets:
-            budget = self.router.settings.budget_for(model)
-            admit = (lambda: budget.refusal(self.records)) if budget else None
-            self.targets[model] = Target(model, self.router.upstream(model), self.tagging, self.recorded, admit)
+            self.targets[model] = Target(model, self.router.upstream(model), self.tagging, self.account)
         return self.targets[model]
 
     def recorded(self, record: RequestRecord) -> None:
-        self.records.append(record)
         self.router.ledger.record_request(self.run_id, record)
+        self.router.recorded(record)
+        self.ended_at = max(self.ended_at, record.started_at + record.duration_s)
         self.update(None)
 
     def update(self, stop_reason: str | None) -> None:
-        usage, cost, _ = totals(self.records)  # O(requests) each time: tens to hundreds in a session
-        ended = max((r.started_at + r.duration_s for r in self.records), default=time.time())
-        self.router.ledger.update_run(run_id=self.run_id, ended_at=ended, session_id=self.session_id,
-                                      stop_reason=stop_reason, error=None, usage=usage, cost=cost,
-                                      unpriced=sum(r.cost.usd is None for r in self.records))
-
-
-def _summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    usage, cost, _ = totals(records)
-    return {**usage.to_dict(), "cost": cost}
+        account = self.account
+        self.router.ledger.update_run(run_id=self.run_id, ended_at=self.ended_at, session_id=self.session_id,
+                                      stop_reason=stop_reason, error=None, usage=account.usage, cost=account.cost,
+                                      unpriced=account.unpriced)
 
 
 class SessionRouter:
@@ -173,6 +171,9 @@ class SessionRouter:
         self.started_at = time.time()
         self.upstreams: dict[str, Upstream] = {}
         self.sessions: dict[str | None, _SessionRun] = {}
+        self.pricer = Pricer(settings.pricing)
+        self.totals = Totals()
+        self.model_totals: dict[str, Totals] = {}
 
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
@@ -193,16 +194,19 @@ class SessionRouter:
                 headers.get(LAUNCH_HEADER)))
         return run.target(model)
 
+    def recorded(self, record: RequestRecord) -> None:
+        self.totals.add(record)
+        self.model_totals.setdefault(record.model, Totals()).add(record)
+
     def stats(self) -> dict[str, Any]:
         """Requests, tokens and cost since the server started, in all, per session and per model."""
-        records = [r for run in self.sessions.values() for r in run.records]
-        models = sorted({r.model for r in records})
         return {
             "since": self.started_at,
-            **_summary(records),
+            **self.totals.summary(),
             "sessions": [{"session_id": run.session_id, "run_id": run.run_id, "model": run.model,
-                          "metadata": run.metadata, **_summary(run.records)} for run in self.sessions.values()],
-            "models": {model: _summary([r for r in records if r.model == model]) for model in models},
+                          "metadata": run.metadata, **run.account.totals.summary()}
+                         for run in self.sessions.values()],
+            "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},
         }
 
     def close(self) -> None:
@@ -213,7 +217,7 @@ class SessionRouter:
 def server_app(settings: Settings, ledger: Ledger, token: str) -> tuple[Starlette, SessionRouter]:
     """The long-lived endpoint's app, and the router that keeps its sessions' runs."""
     router = SessionRouter(settings, ledger)
-    endpoint = Endpoint(token=token, target=router.target, secrets=(*settings.secrets, token), pricer=Pricer(settings.pricing),
+    endpoint = Endpoint(token=token, target=router.target, secrets=(*settings.secrets, token), pricer=router.pricer,
                         estimate_usage=settings.estimate_usage, first_byte_timeout=settings.first_byte_timeout,
                         max_body_bytes=settings.max_body_bytes)
     return create_app(endpoint, stats=router.stats), router

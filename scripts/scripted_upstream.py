@@ -85,6 +85,7 @@ class Reply:
     sse_error: str | None = None  # end the stream with an SSE error event instead of [DONE]
     hang: float = 0.0  # wait this long before answering at all
     byte_delay: float = 0.0  # send the stream one byte at a time, this far apart
+    echo_key: bool = False  # an error that repeats the request's key, as a careless server would
 
 
 ReplySource = Reply | Callable[[Mapping[str, Any]], Reply]
@@ -173,7 +174,10 @@ class ScriptedUpstream:
         if reply.hang:
             await asyncio.sleep(reply.hang)
         if reply.status >= 400:
-            error = {"error": {"message": reply.error, "type": "scripted_error", "code": str(reply.status)}}
+            message = reply.error
+            if reply.echo_key:
+                message += f" (key: {request.headers.get('authorization', '').removeprefix('Bearer ')})"
+            error = {"error": {"message": message, "type": "scripted_error", "code": str(reply.status)}}
             return JSONResponse(error, status_code=reply.status, headers=dict(reply.headers))
         model = str(body.get("model", "scripted"))
         if not body.get("stream"):

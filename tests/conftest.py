@@ -21,6 +21,7 @@ PINNED_OPENCODE = pinned_binary(default_data_dir())  # where scripts/setup insta
 # Kept sessions of test runs never land in the real user's data dir.
 os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
 
+from litellm_proxy import LiteLLMProxy, ProxyError, groups  # noqa: E402
 from scripted_upstream import ScriptedUpstream  # noqa: E402
 
 SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
@@ -80,3 +81,13 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def proxy(_upstream_server: ScriptedUpstream) -> Iterator[LiteLLMProxy]:
+    """The real LiteLLM proxy (with Postgres), its groups served by the scripted model; shared by the session."""
+    try:
+        with LiteLLMProxy(groups(_upstream_server.url)) as started:
+            yield started
+    except ProxyError as exc:
+        pytest.fail(f"the real LiteLLM proxy could not start: {exc}")

@@ -11,15 +11,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from litellm_proxy import LiteLLMProxy, ProxyError, groups
+from litellm_proxy import LiteLLMProxy
 from opencode_gateway import arun, run, stream
+from opencode_gateway.accounting.account import RunAccount
 from opencode_gateway.errors import BudgetExceeded, UpstreamError
 from opencode_gateway.events import Done
 from opencode_gateway.gateway.app import Endpoint, Target, create_app
@@ -28,36 +28,9 @@ from opencode_gateway.gateway.tagging import Tagging
 from opencode_gateway.gateway.upstream import ProxyUpstream
 from opencode_gateway.settings import Settings
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.gateway_proxy import new_key, spend_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-
-
-@pytest.fixture(scope="session")
-def proxy(_upstream_server: ScriptedUpstream) -> Iterator[LiteLLMProxy]:
-    try:
-        with LiteLLMProxy(groups(_upstream_server.url)) as started:
-            yield started
-    except ProxyError as exc:
-        pytest.fail(f"the real LiteLLM proxy could not start: {exc}")
-
-
-def new_key(proxy: LiteLLMProxy, **body: Any) -> str:
-    status, key = proxy.call("POST", "/key/generate", body)
-    assert status == 200, key
-    return str(key["key"])
-
-
-def spend_rows(proxy: LiteLLMProxy, session_id: str, expected: int, timeout: float = 40) -> list[dict[str, Any]]:
-    """The gateway writes spend logs in batches: poll (bounded) until the rows are there."""
-    deadline = time.monotonic() + timeout
-    while True:
-        status, body = proxy.call("GET", f"/spend/logs/v2?session_id={session_id}&start_date=2020-01-01%2000:00:00"
-                                  "&end_date=2100-01-01%2000:00:00&page_size=100")
-        assert status == 200, body
-        rows = [r for r in body["data"] if r["session_id"] == session_id]
-        if len(rows) >= expected or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.5)
 
 
 @pytest.fixture
@@ -170,7 +143,7 @@ async def test_spoofed_tags_and_metadata_never_reach_the_spend_log(proxy: LiteLL
     session = "run_spoof_test"
     upstream_ = ProxyUpstream(proxy.url, "team-a", key)
     tagging = Tagging(("ours",), {"ticket": "ENG-1"}, session_id=session)
-    endpoint = Endpoint(token="run-token", target=Target("litellm_proxy/team-a", upstream_, tagging, lambda record: None),
+    endpoint = Endpoint(token="run-token", target=Target("litellm_proxy/team-a", upstream_, tagging, RunAccount()),
                         secrets=(key,))
     upstream.script(Reply(text="a"), Reply(text="b"))
     async with EndpointServer(create_app(endpoint)) as server, httpx.AsyncClient(timeout=60) as client:

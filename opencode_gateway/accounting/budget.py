@@ -6,14 +6,15 @@ is allowed to finish (no half answers), and the overshoot is reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SettingsError
 from .records import RequestRecord
 
-__all__ = ["Budget"]
+__all__ = ["Budget", "Spent"]
 
 _LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,)}
 
@@ -31,7 +32,7 @@ class Budget:
         for key, value in setting.items():
             if key not in _LIMITS:
                 raise SettingsError(f"{where}: unknown limit {key!r}; known limits: {', '.join(_LIMITS)}")
-            if isinstance(value, bool) or not isinstance(value, _LIMITS[key]) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, _LIMITS[key]) or not 0 < value < math.inf:
                 raise SettingsError(f"{where}.{key} must be a number above 0, not {value!r}")
         return cls(**setting)
 
@@ -46,30 +47,46 @@ class Budget:
                       self.max_requests if self.max_requests is not None else fallback.max_requests,
                       self.max_tokens if self.max_tokens is not None else fallback.max_tokens)
 
-    def _spent(self, records: Sequence[RequestRecord]) -> tuple[int, int, float]:
-        made = [r for r in records if r.cost.source != "refused"]
-        tokens = sum(r.usage.input_tokens + r.usage.output_tokens for r in made if r.usage)
-        return len(made), tokens, sum(r.cost.usd or 0.0 for r in made)
-
-    def refusal(self, records: Sequence[RequestRecord]) -> str | None:
-        """Why the next call may not start, or None."""
-        requests, tokens, cost = self._spent(records)
-        if self.max_requests is not None and requests >= self.max_requests:
-            return f"run budget exceeded: max_requests is {self.max_requests} and {requests} requests were made"
-        if self.max_tokens is not None and tokens >= self.max_tokens:
-            return f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used {tokens:,} tokens"
-        if self.max_cost is not None and cost >= self.max_cost:
-            return f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost ${cost:.6f}"
+    def refusal(self, spent: Spent) -> str | None:
+        """Why the next call may not start after `spent`, or None."""
+        if self.max_requests is not None and spent.requests >= self.max_requests:
+            return f"run budget exceeded: max_requests is {self.max_requests} and {spent.requests} requests were made"
+        if self.max_tokens is not None and spent.tokens >= self.max_tokens:
+            return f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used {spent.tokens:,} tokens"
+        if self.max_cost is not None and spent.cost >= self.max_cost:
+            return f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost ${spent.cost:.6f}"
         return None
 
-    def overshoot(self, records: Sequence[RequestRecord]) -> tuple[str, ...]:
+    def allows(self, spent: Spent) -> bool:
+        """Whether `spent` (what was spent, and reserved, with the next call) stays within every limit."""
+        return ((self.max_requests is None or spent.requests <= self.max_requests)
+                and (self.max_tokens is None or spent.tokens <= self.max_tokens)
+                and (self.max_cost is None or spent.cost <= self.max_cost))
+
+    def overshoot(self, spent: Spent) -> tuple[str, ...]:
         """What streams already running took the run past its limits."""
-        requests, tokens, cost = self._spent(records)
         notes = []
-        if self.max_tokens is not None and tokens > self.max_tokens:
-            notes.append(f"the run used {tokens - self.max_tokens:,} tokens over max_tokens ({self.max_tokens:,}) "
-                         "in requests that had already started")
-        if self.max_cost is not None and cost > self.max_cost:
-            notes.append(f"the run cost ${cost - self.max_cost:.6f} over max_cost (${self.max_cost:g}) in "
+        if self.max_tokens is not None and spent.tokens > self.max_tokens:
+            notes.append(f"the run used {spent.tokens - self.max_tokens:,} tokens over max_tokens "
+                         f"({self.max_tokens:,}) in requests that had already started")
+        if self.max_cost is not None and spent.cost > self.max_cost:
+            notes.append(f"the run cost ${spent.cost - self.max_cost:.6f} over max_cost (${self.max_cost:g}) in "
                          "requests that had already started")
         return tuple(notes)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What counts against a budget: calls, input + output tokens, USD of the priced calls."""
+
+    requests: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+    @classmethod
+    def of(cls, record: RequestRecord) -> Spent:
+        usage = record.usage
+        return cls(1, usage.input_tokens + usage.output_tokens if usage else 0, record.cost.usd or 0.0)
+
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost)

@@ -7,6 +7,7 @@ silent 0: without a price it is `None` and its source is `unpriced`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,7 @@ class Price:
         for key, value in setting.items():
             if key not in _PRICE_KEYS:
                 raise SettingsError(f"{where}: unknown price {key!r}; known prices: {', '.join(_PRICE_KEYS)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise SettingsError(f"{where}.{key} must be a number of USD >= 0, not {value!r}")
             field, divisor = _PRICE_KEYS[key]
             if field in values:

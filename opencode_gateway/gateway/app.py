@@ -2,7 +2,7 @@
 
 Each request is checked (token), cleaned (spoofable fields dropped, model pinned, usage asked for),
 forwarded, and relayed back chunk by chunk while its usage is read from the passing stream. When the
-request ends, however it ends, one RequestRecord goes to `on_request`.
+request ends, however it ends, one RequestRecord goes to its run's account.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..accounting.account import RunAccount
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
@@ -64,8 +65,7 @@ class Target:
     model: str  # the model string, as the user gave it
     upstream: Upstream
     tagging: Tagging
-    on_request: Callable[[RequestRecord], None]
-    admit: Callable[[], str | None] | None = None  # why the next call may not start (a budget), or None
+    account: RunAccount  # where records go; it admits each call (budgets)
 
 
 # Chooses the target of one request from its headers and its body's `model`; raises BadRequest.
@@ -163,11 +163,17 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
         if endpoint.follows is not None:
             await endpoint.follows(call.session_id, body)
-        refusal = target.admit() if target.admit else None
+        account = target.account
+        reservation = account.reserve(body, [target.model, target.upstream.model])
+        refusal = await account.admit(call.request_id, reservation)
         if refusal:
             call.record(429, None, Cost(0.0, "refused"), None, refusal)
             return _error(refusal, 429, "budget_exceeded")
-        reply = await call.forward(forwarded_headers(request.headers))
+        try:
+            reply = await call.forward(forwarded_headers(request.headers))
+        except BaseException:  # OpenCode went away before the upstream answered: nothing to record
+            account.release(call.request_id)
+            raise
         if reply.status_code >= 400:
             return await call.failed(reply)
         if stream and reply.is_stream:
@@ -254,7 +260,7 @@ class _Call:
             error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
             estimated=estimated, response_id=response_id, session_id=self.session_id,
         )
-        self.target.on_request(record)
+        self.target.account.add(record)
 
     def usage_or_estimate(self, usage: Usage | None, completion: str) -> tuple[Usage | None, bool]:
         """The reported usage, or (with estimate_usage) an estimate and True."""

@@ -19,10 +19,11 @@ __all__ = ["FORWARDED_FIELDS", "HARNESS_TAGS", "Tagging", "clean_body", "forward
 
 HARNESS_TAGS = ("harness", "opencode")
 
-# The only request headers passed on: what describes the client, nothing that routes, prices or
-# authenticates. Everything else (x-litellm-*, credentials, provider beta switches) is OpenCode's
-# or the agent's to send and ours to drop.
-_FORWARDED_HEADERS = frozenset({"accept", "user-agent"})
+# The only request header passed on: what the client accepts. Everything else (x-litellm-*,
+# credentials, provider beta switches, even user-agent: a LiteLLM gateway turns it into a spend tag)
+# is OpenCode's or the agent's to send and ours to drop.
+_FORWARDED_HEADERS = frozenset({"accept"})
+USER_AGENT = "opencode-gateway"  # ours, so the gateway's user-agent tag is ours too
 
 # The only body fields passed on, each because OpenCode's openai-compatible provider sends it and a
 # model needs it. Every other field (fallbacks, prices, api_base, timeouts, retries, caching, user,
@@ -68,13 +69,22 @@ class Tagging:
 
     @functools.cached_property
     def headers(self) -> Mapping[str, str]:
-        """Headers for a LiteLLM gateway (proxy); built once, sent with every request."""
-        headers = {"x-litellm-tags": ",".join(self.all_tags)}
+        """Headers for a LiteLLM gateway (proxy); built once, sent with every request. The
+        metadata is JSON with every non-ASCII character escaped, so it arrives intact; tags have
+        no such escape, so non-ASCII tags go only in the body (`proxy_body`)."""
+        tags = ",".join(self.all_tags)
+        headers = {"user-agent": USER_AGENT, **({"x-litellm-tags": tags} if tags.isascii() else {})}
         if self.metadata:
             headers["x-litellm-spend-logs-metadata"] = json.dumps(dict(self.metadata), separators=(",", ":"))
         if self.session_id:
             headers["x-litellm-session-id"] = self.session_id
         return headers
+
+    @functools.cached_property
+    def proxy_body(self) -> Mapping[str, Any]:
+        """Body fields for a LiteLLM gateway: the tags as a JSON list, which the gateway prefers to
+        the header and which carries any text intact."""
+        return MappingProxyType({"tags": list(self.all_tags)})
 
     def sdk_metadata(self) -> dict[str, Any]:
         """The `metadata` argument of litellm.acompletion, where its callbacks and spend logging

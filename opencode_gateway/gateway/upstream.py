@@ -145,7 +145,7 @@ class ProxyUpstream:
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         request = self._client.build_request(
-            "POST", self.url, json=body, headers={**headers, **tagging.headers, **self._auth}
+            "POST", self.url, json={**body, **tagging.proxy_body}, headers={**headers, **tagging.headers, **self._auth}
         )
         try:
             response = await self._client.send(request, stream=True)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import respx
 
+from opencode_gateway.accounting.account import RunAccount
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.gateway.app import Endpoint, Target, create_app
 from opencode_gateway.gateway.tagging import Tagging
@@ -40,7 +41,8 @@ def records() -> list[RequestRecord]:
 async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClient]:
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
     tagging = Tagging(("team-a",), {"ticket": "ENG-412"})
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, tagging, records.append),
+    account = RunAccount(on_record=records.append)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, tagging, account),
                         secrets=(VIRTUAL_KEY, TOKEN))
     transport = httpx.ASGITransport(app=create_app(endpoint))
     async with httpx.AsyncClient(transport=transport, base_url="http://endpoint") as c:
@@ -73,11 +75,12 @@ async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, 
     assert json.loads(sent.headers["x-litellm-spend-logs-metadata"]) == {"ticket": "ENG-412"}
     assert "x-api-key" not in sent.headers
     assert "x-session-id" not in sent.headers  # only allowlisted headers pass
-    assert sent.headers["user-agent"] == "opencode/1.18.33"
+    assert sent.headers["user-agent"] == "opencode-gateway"  # OpenCode's would become a spend tag
     sent_body = json.loads(sent.content)
     assert sent_body["model"] == "coder"
     assert sent_body["stream_options"] == {"include_usage": True}
-    assert sorted(sent_body) == ["messages", "model", "stream", "stream_options"]
+    assert sorted(sent_body) == ["messages", "model", "stream", "stream_options", "tags"]
+    assert sent_body["tags"] == ["harness", "opencode", "team-a", "ticket:ENG-412"]  # ours; "free" was dropped
     assert TOKEN not in str(sent.headers) + sent.content.decode()
 
 
@@ -184,7 +187,8 @@ async def test_a_budget_error_is_not_retried(records: list[RequestRecord]) -> No
     route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
         429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), records.append))
+    account = RunAccount(on_record=records.append)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 429 and route.call_count == 1
@@ -198,7 +202,8 @@ async def test_a_429_is_retried_honouring_retry_after(records: list[RequestRecor
         httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
     ])
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), records.append))
+    account = RunAccount(on_record=records.append)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         started = time.monotonic()
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)

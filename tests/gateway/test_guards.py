@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from opencode_gateway.accounting.account import RunAccount
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord
@@ -31,8 +32,10 @@ AUTH = {"authorization": f"Bearer {TOKEN}"}
 def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRecord] | None = None,
              **extra: Any) -> Endpoint:
     sink = records if records is not None else []
-    admit = extra.pop("admit", None)
-    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk"), Tagging(), sink.append, admit)
+    account = RunAccount(extra.pop("budget", None), on_record=sink.append)
+    for earlier in extra.pop("earlier", ()):
+        account.add(earlier)
+    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk"), Tagging(), account)
     return Endpoint(token=TOKEN, target=target, **extra)
 
 
@@ -57,12 +60,13 @@ async def test_a_body_over_the_limit_is_413_by_declared_length_or_by_reading() -
 
 async def test_a_refused_call_is_recorded_and_never_sent() -> None:
     sink: list[RequestRecord] = []
-    app = create_app(endpoint(records=sink, admit=lambda: "run budget exceeded: max_requests is 1"))
+    app = create_app(endpoint(records=sink, budget=Budget(max_requests=1), earlier=[record((10, 5), 0.001)]))
     response = await post(app, json={"messages": [], "stream": True})
     assert response.status_code == 429
-    assert response.json()["error"] == {"message": "run budget exceeded: max_requests is 1",
+    assert response.json()["error"] == {"message": "run budget exceeded: max_requests is 1 and 1 requests were made",
                                         "type": "budget_exceeded", "param": None, "code": "429"}
-    assert [(r.status_code, r.cost.source, r.cost.usd) for r in sink] == [(429, "refused", 0.0)]
+    assert [(r.status_code, r.cost.source, r.cost.usd) for r in sink] == [(200, "litellm", 0.001),
+                                                                          (429, "refused", 0.0)]
 
 
 def test_the_endpoint_binds_only_to_loopback_unless_asked() -> None:
@@ -74,21 +78,6 @@ def test_the_endpoint_binds_only_to_loopback_unless_asked() -> None:
 def record(tokens: tuple[int, int], cost: float | None, source: str = "litellm") -> RequestRecord:
     return RequestRecord(request_id="r", model="m", upstream_model=None, status_code=200, stream=True,
                          usage=Usage(*tokens), cost=Cost(cost, source), started_at=0, duration_s=0, ttfb_s=0)
-
-
-def test_budget_limits_and_overshoot() -> None:
-    budget = Budget(max_cost=0.01, max_requests=3, max_tokens=5000)
-    assert budget.refusal([record((1000, 100), 0.004)]) is None
-    assert "max_cost is $0.01 and the run cost $0.012000" in (budget.refusal([record((100, 1), 0.006)] * 2) or "")
-    assert "max_requests is 3" in (budget.refusal([record((1, 1), 0.0)] * 3) or "")
-    assert "max_tokens is 5,000 and the run used 6,000" in (budget.refusal([record((5000, 1000), 0.0)]) or "")
-    refused = record((0, 0), 0.0, "refused")
-    assert Budget(max_requests=1).refusal([refused, refused]) is None  # refusals are not calls
-    assert Budget(max_cost=0.01).overshoot([record((1, 1), 0.015)]) == (
-        "the run cost $0.005000 over max_cost ($0.01) in requests that had already started",)
-    assert Budget(max_requests=2).or_else(Budget(max_cost=1.0, max_requests=9)) == Budget(1.0, 2, None)
-    with pytest.raises(SettingsError, match="budgets.coder.max_cost must be a number above 0"):
-        Budget.from_setting("budgets.coder", {"max_cost": -1})
 
 
 MANAGED = ("provider", "model", "small_model", "enabled_providers", "permission")
@@ -144,7 +133,7 @@ async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price
     upstream.script(Reply(text="priced as usual", usage=usage(1000, 50)))
     records: list[RequestRecord] = []
     target = Target("openai/gpt-4o-mini", SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-ours"), Tagging(),
-                    records.append)
+                    RunAccount(on_record=records.append))
     app = create_app(Endpoint(token=TOKEN, target=target, pricer=Pricer()))
     attack = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}], "timeout": 0.001,
               "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": hostile_upstream.url, "api_key": "sk-ours"}],

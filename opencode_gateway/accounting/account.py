@@ -1,0 +1,155 @@
+"""One run's account while it goes: its totals, kept as each request ends, and budget admission
+that counts the calls still in flight.
+
+Shared by a headless run and by each session of `serve`. The totals are incremental (a session
+of ten thousand requests costs no more per request than its first), and the records themselves
+are kept only when the caller wants them (a run returns them; a server does not).
+
+Admission: a call may start when the run's limits still hold counting every call already in
+flight at its reservation (requests exactly; tokens and cost at a stated estimate, held until the
+call's record arrives). When only the reservations stand in the way, the call waits for the calls
+in flight to end and is decided on what they really spent, so a budget is never refused on an
+estimate alone, and ten parallel calls can never all start under a limit of two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .budget import Budget, Spent
+from .pricing import Pricer
+from .records import RequestRecord, RunUsage
+from .usage import Usage
+
+__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage"]
+
+# The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
+DEFAULT_OUTPUT_RESERVE = 4096
+_CHARS_PER_TOKEN = 4  # the usual estimate of the prompt's tokens from its JSON text
+_MAX_WAIT_S = 900.0
+
+
+def reservation_usage(body: Mapping[str, Any]) -> Usage:
+    """What a call may spend, estimated from its body: its prompt at 4 characters a token, and
+    its max_tokens (max_completion_tokens) of output, else DEFAULT_OUTPUT_RESERVE."""
+    prompt = len(json.dumps(body.get("messages", ""), ensure_ascii=False)) // _CHARS_PER_TOKEN
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    output = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else DEFAULT_OUTPUT_RESERVE
+    return Usage(input_tokens=prompt, output_tokens=output)
+
+
+@dataclass
+class Totals:
+    """Sums over records as they come; the same figures `records.totals` computes from a list."""
+
+    _usage: Usage = Usage()
+    requests: int = 0
+    usage_missing: int = 0
+    unpriced: int = 0
+    priced_cost: float = 0.0  # of the priced requests
+    spent: Spent = Spent()  # what counts for a budget: calls made (refusals are not)
+
+    def add(self, record: RequestRecord) -> None:
+        self.requests += 1
+        if record.usage:
+            self._usage = self._usage + record.usage
+        self.usage_missing += record.usage_missing
+        if record.cost.usd is None:
+            self.unpriced += 1
+        else:
+            self.priced_cost += record.cost.usd
+        if record.cost.source != "refused":
+            self.spent = self.spent + Spent.of(record)
+
+    @property
+    def usage(self) -> RunUsage:
+        u = self._usage
+        return RunUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                        cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
+                        reasoning_tokens=u.reasoning_tokens, requests=self.requests,
+                        usage_missing_requests=self.usage_missing)
+
+    @property
+    def cost(self) -> float | None:
+        """None when any request could not be priced: a partial sum would read as the whole cost."""
+        return None if self.unpriced else self.priced_cost
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.usage.to_dict(), "cost": self.cost}
+
+
+class RunAccount:
+    """Records go in through `add`; `admit` decides whether the next call may start."""
+
+    def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
+                 on_record: Callable[[RequestRecord], None] | None = None) -> None:
+        self.budget = budget or Budget()
+        self.pricer = pricer or Pricer()
+        self.records: list[RequestRecord] | None = [] if keep_records else None
+        self.on_record = on_record
+        self.totals = Totals()
+        self._in_flight: dict[str, Spent] = {}
+        self._ended = asyncio.Event()  # set whenever a call in flight ends
+
+    @property
+    def usage(self) -> RunUsage:
+        return self.totals.usage
+
+    @property
+    def cost(self) -> float | None:
+        return self.totals.cost
+
+    @property
+    def unpriced(self) -> int:
+        return self.totals.unpriced
+
+    @property
+    def spent(self) -> Spent:
+        return self.totals.spent
+
+    def add(self, record: RequestRecord) -> None:
+        """A request ended (or was refused): count it, and release what it had reserved."""
+        self.totals.add(record)
+        if self.records is not None:
+            self.records.append(record)
+        if self._in_flight.pop(record.request_id, None) is not None:
+            self._ended.set()
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def reserve(self, body: Mapping[str, Any], models: Sequence[str]) -> Spent:
+        """A call's reservation: one request, its estimated tokens, and their price (0 when no
+        price is known, or when no cost limit needs one: pricing may import litellm)."""
+        if not self.budget:
+            return Spent(1)
+        usage = reservation_usage(body)
+        usd = self.pricer.price(usage, models).usd if self.budget.max_cost is not None else None
+        return Spent(1, usage.input_tokens + usage.output_tokens, usd or 0.0)
+
+    async def admit(self, request_id: str, reservation: Spent) -> str | None:
+        """None, with the call's reservation held, when it may start; else why not. A call that
+        waits for the calls in flight waits at most `_MAX_WAIT_S` (a call that ended without a
+        word must not hold the run forever), then is decided on what was spent."""
+        deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
+        while True:
+            refusal = self.budget.refusal(self.spent)  # exact: what ended calls spent
+            if refusal is not None:
+                return refusal
+            held = sum(self._in_flight.values(), Spent())
+            remaining = deadline - asyncio.get_running_loop().time()
+            if not self._in_flight or remaining <= 0 or self.budget.allows(self.spent + held + reservation):
+                self._in_flight[request_id] = reservation
+                return None
+            self._ended.clear()  # only the calls in flight stand in the way: wait for one to end
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), remaining)
+
+    def release(self, request_id: str) -> None:
+        """A call ended without a record (it never reached the upstream)."""
+        if self._in_flight.pop(request_id, None) is not None:
+            self._ended.set()

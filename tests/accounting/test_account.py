@@ -1,0 +1,85 @@
+"""A run's account: totals kept as records arrive (equal to summing the list), and admission that
+counts the calls in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from opencode_gateway.accounting.account import DEFAULT_OUTPUT_RESERVE, RunAccount, reservation_usage
+from opencode_gateway.accounting.budget import Budget, Spent
+from opencode_gateway.accounting.pricing import Cost, Price, Pricer
+from opencode_gateway.accounting.records import RequestRecord, totals
+from opencode_gateway.accounting.usage import Usage
+
+
+def record(request_id: str, tokens: tuple[int, int] = (100, 10), cost: float | None = 0.001,
+           source: str = "litellm", missing: bool = False) -> RequestRecord:
+    return RequestRecord(request_id=request_id, model="m", upstream_model=None, status_code=200, stream=True,
+                         usage=None if missing else Usage(*tokens), cost=Cost(cost, source), started_at=0,
+                         duration_s=0, ttfb_s=0, usage_missing=missing)
+
+
+records = st.lists(st.builds(
+    record, st.uuids().map(str), st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)),
+    st.one_of(st.none(), st.floats(0, 10, allow_nan=False)), st.sampled_from(["litellm", "reported", "refused"]),
+    st.booleans()), max_size=30)
+
+
+@given(records)
+def test_incremental_totals_equal_the_totals_of_the_list(made: list[RequestRecord]) -> None:
+    account = RunAccount(keep_records=False)
+    for each in made:
+        account.add(each)
+    usage, cost, _ = totals(made)
+    assert account.usage == usage and account.records is None
+    assert (account.cost is None) == (cost is None)
+    if cost is not None:
+        assert abs((account.cost or 0.0) - cost) < 1e-9
+
+
+def test_a_reservation_is_the_prompt_at_4_characters_a_token_and_the_output_cap() -> None:
+    body = {"messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 256}
+    assert reservation_usage(body).output_tokens == 256
+    assert 100 <= reservation_usage(body).input_tokens <= 120
+    assert reservation_usage({"messages": []}).output_tokens == DEFAULT_OUTPUT_RESERVE
+    account = RunAccount(Budget(max_cost=1.0), pricer=Pricer({"m": Price(input=1e-6, output=2e-6)}))
+    reserved = account.reserve({"messages": [], "max_tokens": 1000}, ["m"])
+    assert reserved.requests == 1 and abs(reserved.cost - 0.002) < 1e-4
+
+
+@pytest.mark.anyio
+async def test_calls_in_flight_count_so_ten_parallel_calls_never_pass_a_limit_of_two() -> None:
+    account = RunAccount(Budget(max_requests=2))
+    decisions = [asyncio.ensure_future(account.admit(f"r{i}", Spent(1))) for i in range(10)]
+    await asyncio.sleep(0.05)
+    admitted = [i for i, d in enumerate(decisions) if d.done() and d.result() is None]
+    assert admitted == [0, 1]  # the other eight wait for those two to end
+    account.add(record("r0"))
+    account.add(record("r1"))
+    refusals = await asyncio.gather(*decisions[2:])
+    assert all("max_requests is 2 and 2 requests were made" in (r or "") for r in refusals)
+
+
+@pytest.mark.anyio
+async def test_a_call_waiting_on_reservations_is_decided_on_what_was_really_spent() -> None:
+    account = RunAccount(Budget(max_cost=0.01))
+    assert await account.admit("big", Spent(1, 0, 0.008)) is None  # reserved near the whole budget
+    waiting = asyncio.ensure_future(account.admit("next", Spent(1, 0, 0.008)))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    account.add(record("big", cost=0.001))  # it spent far less than reserved
+    assert await waiting is None
+
+
+@pytest.mark.anyio
+async def test_a_call_that_never_reached_the_upstream_releases_its_reservation() -> None:
+    account = RunAccount(Budget(max_requests=1))
+    assert await account.admit("gone", Spent(1)) is None
+    waiting = asyncio.ensure_future(account.admit("next", Spent(1)))
+    await asyncio.sleep(0.05)
+    account.release("gone")
+    assert await waiting is None

@@ -1,0 +1,37 @@
+"""A run's limits: what refuses the next call, what a reservation must fit in, what overshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from opencode_gateway.accounting.budget import Budget, Spent
+from opencode_gateway.errors import SettingsError
+
+
+def test_each_limit_refuses_once_reached_naming_the_figures() -> None:
+    budget = Budget(max_cost=0.01, max_requests=3, max_tokens=5000)
+    assert budget.refusal(Spent(1, 1100, 0.004)) is None
+    assert "max_cost is $0.01 and the run cost $0.012000" in (budget.refusal(Spent(2, 202, 0.012)) or "")
+    assert "max_requests is 3 and 3 requests were made" in (budget.refusal(Spent(3, 6, 0.0)) or "")
+    assert "max_tokens is 5,000 and the run used 6,000" in (budget.refusal(Spent(1, 6000, 0.0)) or "")
+
+
+def test_a_reservation_fits_only_within_every_limit() -> None:
+    budget = Budget(max_cost=0.01, max_requests=3, max_tokens=5000)
+    assert budget.allows(Spent(3, 5000, 0.01))
+    assert not budget.allows(Spent(4, 0, 0.0))
+    assert not budget.allows(Spent(1, 5001, 0.0))
+    assert not budget.allows(Spent(1, 0, 0.0100001))
+    assert Budget().allows(Spent(10**9, 10**12, 1e9))
+
+
+def test_overshoot_and_fallbacks() -> None:
+    assert Budget(max_cost=0.01).overshoot(Spent(1, 2, 0.015)) == (
+        "the run cost $0.005000 over max_cost ($0.01) in requests that had already started",)
+    assert Budget(max_requests=2).or_else(Budget(max_cost=1.0, max_requests=9)) == Budget(1.0, 2, None)
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), True, "1"])
+def test_a_limit_in_the_settings_is_a_finite_number_above_0(value: object) -> None:
+    with pytest.raises(SettingsError, match="budgets.coder.max_cost must be a number above 0"):
+        Budget.from_setting("budgets.coder", {"max_cost": value})

