@@ -283,6 +283,10 @@ def _upstream_flags(parser: argparse.ArgumentParser) -> None:
 
 def _limit_flags(parser: argparse.ArgumentParser, of: str) -> None:
     parser.add_argument("--timeout", type=float, metavar="S", help=f"wall-clock limit of {of} (default: 1800)")
+    _budget_flags(parser, of)
+
+
+def _budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
     parser.add_argument("--max-cost", type=float, metavar="USD", help=f"stop {of} before it spends more")
     parser.add_argument("--max-requests", type=int, metavar="N", help=f"stop {of} after N upstream calls")
     parser.add_argument("--max-tokens", type=int, metavar="N", help=f"stop {of} after N input+output tokens")
@@ -375,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         launcher = commands.add_parser(name, help=help_text)
         _common(launcher)
         _attribution(launcher)
+        _budget_flags(launcher, "each session of this launch")
         _opencode_bin_flag(launcher)
         if name == "opencode":
             launcher.add_argument("opencode_args", nargs=argparse.REMAINDER, metavar="-- OPENCODE ARGS",

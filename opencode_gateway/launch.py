@@ -3,7 +3,8 @@
 The launched OpenCode gets the same isolation as a headless run (its config as content, project
 config off, private HOME and XDG dirs, no credentials in its environment), except that its dirs
 are kept under the data dir (`tui/`), so interactive sessions persist from one launch to the next.
-It knows only the server's loopback URL and the server's token file.
+It knows only the server's loopback URL and a token of its own, minted by the server for this
+launch (the server's admin token never reaches it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import NoReturn
 
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
-from .serve import LAUNCH_HEADER, Launch, ServerState
+from .serve import Launch, ServerState, mint_launch
 from .settings import Settings
 
 __all__ = ["launch_env", "run_opencode", "shell_exports"]
@@ -24,16 +25,22 @@ __all__ = ["launch_env", "run_opencode", "shell_exports"]
 
 def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
                inherited: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The environment of an OpenCode launched against `server`, on `settings.model`."""
-    model = settings.validated().model or ""
+    """The environment of an OpenCode launched against `server`, on `settings.model`, with a token
+    the server minted for this launch's attribution and budget (written to a 0600 file)."""
+    settings = settings.validated()
+    model = settings.model or ""
     private = settings.data_dir / "tui"
     oc_config.make_private_dirs(private)
     (private / "data").mkdir(mode=0o700, exist_ok=True)
-    launch = Launch(settings.metadata, settings.tags, str(workdir))
+    launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget)
+    token_file = private / "launches" / launch.launch_id
+    token_file.parent.mkdir(mode=0o700, exist_ok=True)
+    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(mint_launch(server, launch))
     config = oc_config.build_config(
-        model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{server.token_file}}}",
+        model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
         permissions=settings.permissions, disable_tools=settings.disable_tools, user_config=settings.opencode_config,
-        headers={LAUNCH_HEADER: launch.header()},
     )
     env = oc_config.build_env(inherited, private_dir=private, data_dir=private / "data", config=config,
                               passed=settings.passed_env())

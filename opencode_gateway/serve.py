@@ -1,24 +1,26 @@
 """The endpoint as a long-lived server, for OpenCode's interactive TUI: every session accounted.
 
-`opencode-gateway serve` runs one endpoint until it is stopped, with a stable token (a 0600 file
-in the data dir) and a state file that tells launchers (`opencode-gateway opencode`, `env`) where
-it is. Each request is attributed by OpenCode's `x-session-id` header: the first request of a
-session opens a ledger run, later ones add to it, so `report --by session` works for interactive
-use as it does for headless runs. Metadata and tags are set per launch: the launcher puts them in
-an `x-opencode-gateway-launch` header of the generated config, which the server reads and never
-forwards.
+`opencode-gateway serve` runs one endpoint until it is stopped. Its stable token (a 0600 file in
+the data dir) is an admin token: it mints launches and reads `/stats`, and cannot make a model
+call. Each launch (`opencode-gateway opencode`, `env`) asks the server for a token of its own
+(`POST /launches`), bound there to the launch's metadata, tags, workdir and budget, so attribution
+is the server's record, never what a request says. A request is attributed by its token and
+OpenCode's `x-session-id`: the first request of a session opens a ledger run, later ones add to
+it. A session id is scoped to its launch's token: one launch can never add to another's run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
+import secrets
 import signal
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -26,50 +28,52 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
 from .accounting.account import RunAccount, Totals
+from .accounting.budget import Budget
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
 from .errors import SettingsError
-from .gateway.app import BadRequest, Endpoint, Target, create_app
+from .gateway.app import BadRequest, Endpoint, Target, bearer, create_app, error_response
 from .gateway.server import EndpointServer
 from .gateway.tagging import Tagging
 from .gateway.upstream import Upstream
 from .runner import upstream_for
-from .settings import GATEWAY_PREFIX, Settings
+from .settings import GATEWAY_PREFIX, Settings, check_attribution
 
-__all__ = ["LAUNCH_HEADER", "Launch", "ServerState", "SessionRouter", "serve", "server_app", "server_token"]
-
-LAUNCH_HEADER = "x-opencode-gateway-launch"
+__all__ = ["Launch", "ServerState", "SessionRouter", "mint_launch", "serve", "server_app", "server_token"]
 
 
 @dataclass(frozen=True)
 class Launch:
-    """What one launch of OpenCode adds to its requests' attribution."""
+    """What one launch of OpenCode adds to its requests: attribution, and a budget per session."""
 
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     tags: tuple[str, ...] = ()
     workdir: str | None = None
+    budget: Budget = Budget()
+    launch_id: str = field(default_factory=lambda: "launch_" + uuid.uuid4().hex[:12])
 
-    def header(self) -> str:
-        return json.dumps({"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir},
-                          separators=(",", ":"))
+    def to_request(self) -> dict[str, Any]:
+        budget = {k: v for k, v in (("max_cost", self.budget.max_cost), ("max_requests", self.budget.max_requests),
+                                    ("max_tokens", self.budget.max_tokens)) if v is not None}
+        return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget}
 
     @classmethod
-    def from_header(cls, value: str | None) -> Launch:
-        if not value:
-            return cls()
-        try:
-            data = json.loads(value)
-        except ValueError:
-            data = None
-        if not (isinstance(data, dict) and isinstance(data.get("metadata", {}), dict)
-                and isinstance(data.get("tags", []), list) and all(isinstance(t, str) for t in data.get("tags", []))):
-            raise BadRequest(f"the {LAUNCH_HEADER} header is not what opencode-gateway writes: relaunch OpenCode "
-                             "with `opencode-gateway opencode`")
-        workdir = data.get("workdir")
-        return cls(MappingProxyType(data.get("metadata", {})), tuple(data.get("tags", [])),
-                   workdir if isinstance(workdir, str) else None)
+    def from_request(cls, data: Any, tag_metadata_keys: tuple[str, ...]) -> Launch:
+        """A launch as a launcher asked for it, checked as the command line checks its flags."""
+        if not isinstance(data, dict) or set(data) - {"metadata", "tags", "workdir", "budget"}:
+            raise SettingsError("a launch is {metadata, tags, workdir, budget}")
+        metadata, tags, workdir = data.get("metadata") or {}, data.get("tags") or [], data.get("workdir")
+        if not isinstance(metadata, dict) or not isinstance(tags, list) or not isinstance(workdir, (str, type(None))):
+            raise SettingsError("a launch's metadata is an object, its tags a list, its workdir a path")
+        check_attribution(tags, metadata, tag_metadata_keys)
+        budget = Budget.from_setting("budget", data.get("budget") or {})
+        return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget)
 
 
 def _paths(data_dir: Path) -> tuple[Path, Path]:
@@ -120,22 +124,40 @@ class ServerState:
         return state
 
 
-class _SessionRun:
-    """One OpenCode session's requests at the server: one ledger run, its totals kept current as
-    each request ends (incrementally: a long session costs no more per request than a short one,
-    and no record is kept in memory). The budget is that of the session's first model."""
+def mint_launch(server: ServerState, launch: Launch) -> str:
+    """Ask the running server for `launch`'s own token (the launcher's side of `POST /launches`)."""
+    admin = Path(server.token_file).read_text().strip()
+    try:
+        response = httpx.post(server.url + "/launches", json=launch.to_request(),
+                              headers={"authorization": f"Bearer {admin}"}, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise SettingsError(f"the opencode-gateway server at {server.url} does not answer ({exc})") from None
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {response.status_code}"
+        raise SettingsError(f"the opencode-gateway server refused the launch: {message}")
+    return str(response.json()["token"])
 
-    def __init__(self, router: SessionRouter, session_id: str | None, model: str, launch: Launch) -> None:
+
+class _SessionRun:
+    """One OpenCode session of one launch: one ledger run, its totals kept current as each request
+    ends (incrementally: a long session costs no more per request than a short one, and no record
+    is kept in memory). Its budget is the launch's, else that of the session's first model."""
+
+    def __init__(self, router: SessionRouter, launch: Launch, session_id: str | None, model: str) -> None:
         settings = router.settings
         self.router = router
+        self.launch = launch
         self.run_id = "run_" + uuid.uuid4().hex
         self.session_id = session_id
         self.model = model
         self.metadata = {**settings.metadata, **launch.metadata}
         self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
                                session_id=self.run_id, tag_metadata_keys=settings.tag_metadata_keys)
-        self.account = RunAccount(settings.budget_for(model), pricer=router.pricer, keep_records=False,
-                                  on_record=self.recorded)
+        self.account = RunAccount(launch.budget.or_else(settings.budget_for(model)), pricer=router.pricer,
+                                  keep_records=False, on_record=self.recorded)
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
         router.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model,
@@ -161,19 +183,33 @@ class _SessionRun:
                                       unpriced=account.unpriced)
 
 
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 class SessionRouter:
-    """Sends each request to its OpenCode session's run (opened on the session's first request)
-    and its model's upstream (one per model, shared by the sessions)."""
+    """Knows the launches (by a digest of their tokens), sends each request to its launch's
+    session's run (opened on the session's first request) and its model's upstream (one per
+    model, shared)."""
 
     def __init__(self, settings: Settings, ledger: Ledger) -> None:
         self.settings = settings
         self.ledger = ledger
         self.started_at = time.time()
         self.upstreams: dict[str, Upstream] = {}
-        self.sessions: dict[str | None, _SessionRun] = {}
+        self.launches: dict[str, Launch] = {}  # token digest -> launch
+        self.sessions: dict[tuple[str, str | None], _SessionRun] = {}  # (launch id, OpenCode session) -> run
         self.pricer = Pricer(settings.pricing)
         self.totals = Totals()
         self.model_totals: dict[str, Totals] = {}
+
+    def mint(self, launch: Launch) -> str:
+        token = secrets.token_urlsafe(32)
+        self.launches[_digest(token)] = launch
+        return token
+
+    def known(self, token: str) -> bool:
+        return _digest(token) in self.launches
 
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
@@ -184,14 +220,14 @@ class SessionRouter:
         return self.upstreams[model]
 
     def target(self, headers: Mapping[str, str], model: Any) -> Target:
+        launch = self.launches[_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
         if not isinstance(model, str) or not model.strip():
             raise BadRequest("the request names no model: launch OpenCode with `opencode-gateway opencode -m MODEL`")
         self.upstream(model)  # a model that cannot be served opens no run
-        session_id = headers.get("x-session-id") or None
-        run = self.sessions.get(session_id)
+        key = (launch.launch_id, headers.get("x-session-id") or None)
+        run = self.sessions.get(key)
         if run is None:
-            run = self.sessions[session_id] = _SessionRun(self, session_id, model, Launch.from_header(
-                headers.get(LAUNCH_HEADER)))
+            run = self.sessions[key] = _SessionRun(self, launch, key[1], model)
         return run.target(model)
 
     def recorded(self, record: RequestRecord) -> None:
@@ -203,8 +239,8 @@ class SessionRouter:
         return {
             "since": self.started_at,
             **self.totals.summary(),
-            "sessions": [{"session_id": run.session_id, "run_id": run.run_id, "model": run.model,
-                          "metadata": run.metadata, **run.account.totals.summary()}
+            "sessions": [{"session_id": run.session_id, "run_id": run.run_id, "launch_id": run.launch.launch_id,
+                          "model": run.model, "metadata": run.metadata, **run.account.totals.summary()}
                          for run in self.sessions.values()],
             "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},
         }
@@ -214,13 +250,34 @@ class SessionRouter:
             run.update("done")
 
 
-def server_app(settings: Settings, ledger: Ledger, token: str) -> tuple[Starlette, SessionRouter]:
-    """The long-lived endpoint's app, and the router that keeps its sessions' runs."""
+def server_app(settings: Settings, ledger: Ledger, admin_token: str) -> tuple[Starlette, SessionRouter]:
+    """The long-lived endpoint's app, and the router that keeps its launches and sessions. Model
+    calls need a launch's token; `/launches` and `/stats` need the admin token."""
     router = SessionRouter(settings, ledger)
-    endpoint = Endpoint(token=token, target=router.target, secrets=(*settings.secrets, token), pricer=router.pricer,
-                        estimate_usage=settings.estimate_usage, first_byte_timeout=settings.first_byte_timeout,
-                        max_body_bytes=settings.max_body_bytes)
-    return create_app(endpoint, stats=router.stats), router
+
+    def admin(request: Request) -> bool:
+        return secrets.compare_digest((bearer(request.headers) or "").encode(), admin_token.encode())
+
+    def not_admin() -> Response:
+        return error_response("this needs the server's admin token (its token file)", 401, "authentication_error")
+
+    async def launches(request: Request) -> Response:
+        if not admin(request):
+            return not_admin()
+        try:
+            launch = Launch.from_request(json.loads(await request.body()), settings.tag_metadata_keys)
+        except (ValueError, SettingsError) as exc:
+            return error_response(f"invalid launch: {exc}", 400, "invalid_request_error")
+        return JSONResponse({"token": router.mint(launch), "launch_id": launch.launch_id})
+
+    async def statistics(request: Request) -> Response:
+        return JSONResponse(router.stats()) if admin(request) else not_admin()
+
+    endpoint = Endpoint(token=router.known, target=router.target, secrets=(*settings.secrets, admin_token),
+                        pricer=router.pricer, estimate_usage=settings.estimate_usage,
+                        first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes)
+    routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"])]
+    return create_app(endpoint, routes), router
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -21,7 +21,8 @@ from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
 
-__all__ = ["PERMISSION_MODES", "Settings", "beside", "check_permissions", "default_data_dir", "load_settings"]
+__all__ = ["PERMISSION_MODES", "Settings", "beside", "check_attribution", "check_permissions", "default_data_dir",
+           "load_settings", "load_yaml"]
 
 PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
@@ -134,15 +135,7 @@ class Settings:
                     "pass --api-base URL or set LITELLM_PROXY_API_BASE"
                 )
         check_permissions(self.permissions)
-        for tag in self.tags:
-            if not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
-                raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty and contain no comma, edge spaces "
-                                    "or control characters (CR/LF)")
-        for key in self.tag_metadata_keys:
-            value = str(self.metadata.get(key, ""))
-            if "," in value or _CONTROL.search(value):
-                raise SettingsError(f"metadata {key}={self.metadata[key]!r} contains a comma or a control character "
-                                    f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it")
+        check_attribution(self.tags, self.metadata, self.tag_metadata_keys)
         for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
             if not 0 < getattr(self, name) < math.inf:
                 raise SettingsError(f"{name} {getattr(self, name)} is invalid: give a number of seconds above 0")
@@ -223,6 +216,19 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "ledger": (str,),
     "env": (list,),
 }
+
+
+def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_metadata_keys: Iterable[str]) -> None:
+    """Tags and metadata as the gateway can carry them: raises SettingsError naming the bad one."""
+    for tag in tags:
+        if not isinstance(tag, str) or not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
+            raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty text with no comma, edge spaces "
+                                "or control characters (CR/LF)")
+    for key in tag_metadata_keys:
+        value = str(metadata.get(key, ""))
+        if "," in value or _CONTROL.search(value):
+            raise SettingsError(f"metadata {key}={metadata[key]!r} contains a comma or a control character "
+                                f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it")
 
 
 def _resolve_env(value: Any, where: str) -> Any:

@@ -1,5 +1,6 @@
-"""The long-lived server's routing, in process: a ledger run per OpenCode session, attribution per
-launch, and its small JSON API. The gateway behind it is respx; e2e tests use real OpenCode."""
+"""The long-lived server's routing, in process: launches minted by the server, a ledger run per
+session of a launch, attribution that is the server's record, and its small JSON API. The gateway
+behind it is respx; e2e tests use real OpenCode."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import respx
 
 from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.gateway.app import BadRequest
-from opencode_gateway.serve import LAUNCH_HEADER, Launch, ServerState, server_app, server_token
+from opencode_gateway.accounting.budget import Budget
+from opencode_gateway.serve import Launch, ServerState, server_app, server_token
 from opencode_gateway.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -53,15 +54,22 @@ async def client(settings: Settings, ledger: Ledger) -> AsyncIterator[httpx.Asyn
         await upstream.aclose()
 
 
-async def chat(client: httpx.AsyncClient, session: str | None, launch: Launch | None = None,
-               model: object = "litellm_proxy/team-a") -> httpx.Response:
-    headers = {"authorization": f"Bearer {TOKEN}"}
+ADMIN = {"authorization": f"Bearer {TOKEN}"}
+
+
+async def mint(client: httpx.AsyncClient, launch: Launch = Launch()) -> str:
+    response = await client.post("/launches", headers=ADMIN, json=launch.to_request())
+    assert response.status_code == 200, response.text
+    return str(response.json()["token"])
+
+
+async def chat(client: httpx.AsyncClient, session: str | None, token: str, model: object = "litellm_proxy/team-a",
+               **headers: str) -> httpx.Response:
+    sent = {"authorization": f"Bearer {token}", **headers}
     if session:
-        headers["x-session-id"] = session
-    if launch:
-        headers[LAUNCH_HEADER] = launch.header()
-    return await client.post("/v1/chat/completions", headers=headers,
-                       json={"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        sent["x-session-id"] = session
+    return await client.post("/v1/chat/completions", headers=sent,
+                             json={"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
 
 
 @respx.mock
@@ -71,9 +79,10 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
     upstream = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
         httpx.Response(200, content=stream_body(100 * i, 10 * i, 0.001 * i),
                        headers={"content-type": "text/event-stream"}) for i in (1, 2, 3)])
-    first = Launch({"ticket": "ENG-1"}, ("alice",), "/repo/a")
-    for session, launch in (("ses_a", first), ("ses_b", Launch({"ticket": "ENG-2"})), ("ses_a", first)):
-        response = await chat(client, session, launch)
+    first = await mint(client, Launch({"ticket": "ENG-1"}, ("alice",), "/repo/a"))
+    second = await mint(client, Launch({"ticket": "ENG-2"}))
+    for session, token in (("ses_a", first), ("ses_b", second), ("ses_a", first)):
+        response = await chat(client, session, token)
         assert response.status_code == 200
         await response.aread()
     sent = [call.request.headers for call in upstream.calls]
@@ -81,10 +90,9 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
     assert json.loads(sent[0]["x-litellm-spend-logs-metadata"]) == {"team": "platform", "ticket": "ENG-1"}
     assert json.loads(sent[1]["x-litellm-spend-logs-metadata"]) == {"team": "platform", "ticket": "ENG-2"}
     assert sent[0]["x-litellm-session-id"] == sent[2]["x-litellm-session-id"] != sent[1]["x-litellm-session-id"]
-    assert all(LAUNCH_HEADER not in headers for headers in sent)  # ours, never forwarded
     assert sent[0]["authorization"] == "Bearer sk-virtual"
 
-    stats = (await client.get("/stats", headers={"authorization": f"Bearer {TOKEN}"})).json()
+    stats = (await client.get("/stats", headers=ADMIN)).json()
     assert (stats["requests"], stats["input_tokens"], stats["cost"]) == (3, 600, pytest.approx(0.006))
     by_session = {s["session_id"]: s for s in stats["sessions"]}
     assert (by_session["ses_a"]["requests"], by_session["ses_a"]["input_tokens"]) == (2, 400)
@@ -100,25 +108,63 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
 
 
 async def test_requests_that_cannot_be_routed_are_400(client: httpx.AsyncClient) -> None:
-    missing = await chat(client, "ses_x", model=None)
+    missing = await chat(client, "ses_x", await mint(client), model=None)
     assert missing.status_code == 400 and "names no model" in missing.json()["error"]["message"]
-    response = await client.post("/v1/chat/completions", headers={
-        "authorization": f"Bearer {TOKEN}", LAUNCH_HEADER: "not json"}, json={"model": "m", "messages": []})
-    assert response.status_code == 400 and "relaunch OpenCode" in response.json()["error"]["message"]
 
 
-async def test_health_is_open_and_stats_need_the_token(client: httpx.AsyncClient) -> None:
+async def test_health_is_open_and_stats_and_launches_need_the_admin_token(client: httpx.AsyncClient) -> None:
     assert (await client.get("/health")).json() == {"status": "ok"}
-    assert (await client.get("/stats")).status_code == 401
-    assert (await client.get("/stats", headers={"authorization": "Bearer wrong"})).status_code == 401
+    launch_token = await mint(client)
+    for token in (None, "wrong", launch_token):  # a launch's token (the agent's) is not the admin's
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        assert (await client.get("/stats", headers=headers)).status_code == 401
+        assert (await client.post("/launches", headers=headers, json={})).status_code == 401
+    assert (await chat(client, "ses_a", TOKEN)).status_code == 401  # the admin token makes no model call
+    assert (await chat(client, "ses_a", "made-up")).status_code == 401
 
 
-def test_a_launch_survives_its_header() -> None:
-    launch = Launch({"ticket": "ENG-412"}, ("nightly",), "/w")
-    assert Launch.from_header(launch.header()) == launch
-    assert Launch.from_header(None) == Launch()
-    with pytest.raises(BadRequest):
-        Launch.from_header('{"tags": "not-a-list"}')
+@pytest.mark.parametrize(("launch", "message"), [
+    ({"tags": ["a,b"]}, "no comma"),
+    ({"tags": ["x\r\nx-evil: 1"]}, "control characters"),
+    ({"metadata": {"ticket": "ENG-1\n"}}, "control character"),
+    ({"budget": {"max_cost": -1}}, "budget.max_cost must be a number above 0"),
+    ({"budget": {"max_cost": float("nan")}}, "budget.max_cost must be a number above 0"),
+    ({"owner": "me"}, "a launch is"),
+])
+async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
+    client: httpx.AsyncClient, launch: dict[str, object], message: str
+) -> None:
+    response = await client.post("/launches", headers=ADMIN, content=json.dumps(launch))  # NaN is sent as NaN
+    assert response.status_code == 400 and message in response.json()["error"]["message"]
+
+
+@respx.mock
+async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attribution(
+    client: httpx.AsyncClient, settings: Settings, ledger: Ledger
+) -> None:
+    upstream = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+        200, content=stream_body(100, 10, 0.001), headers={"content-type": "text/event-stream"}))
+    victim = await mint(client, Launch({"ticket": "ENG-1"}))
+    attacker = await mint(client, Launch({"ticket": "ENG-2"}))
+    await (await chat(client, "ses_victim", victim)).aread()
+    spoof = {"x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]}),
+             "x-litellm-tags": "free", "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}'}
+    await (await chat(client, "ses_victim", attacker, **spoof)).aread()  # the victim's session id, its own token
+    sent = [call.request.headers for call in upstream.calls]
+    assert json.loads(sent[1]["x-litellm-spend-logs-metadata"]) == {"team": "platform", "ticket": "ENG-2"}
+    assert sent[1]["x-litellm-tags"] == "harness,opencode,team,ticket:ENG-2"
+    assert sent[0]["x-litellm-session-id"] != sent[1]["x-litellm-session-id"]
+    ledger.flush()
+    runs = sqlite3.connect(settings.ledger_path).execute("SELECT session_id, requests, metadata FROM runs").fetchall()
+    assert sorted((r[0], r[1], json.loads(r[2])["ticket"]) for r in runs) == [
+        ("ses_victim", 1, "ENG-1"), ("ses_victim", 1, "ENG-2")]  # two runs: the victim's holds only its own
+
+
+def test_a_launch_survives_its_request() -> None:
+    launch = Launch({"ticket": "ENG-412"}, ("nightly",), "/w", Budget(max_cost=1.5))
+    again = Launch.from_request(launch.to_request(), ("ticket",))
+    assert (again.metadata, again.tags, again.workdir, again.budget) == (launch.metadata, launch.tags, "/w",
+                                                                         Budget(max_cost=1.5))
 
 
 def test_the_token_is_stable_and_private(tmp_path: Path) -> None:
@@ -144,7 +190,7 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
-        response = await chat(client, "ses_a")
+        response = await chat(client, "ses_a", await mint(client))
     ledger.close()
     assert response.status_code == 400 and "restart it with --api-base URL" in response.json()["error"]["message"]
     assert router.sessions == {}
@@ -158,8 +204,11 @@ async def test_budgets_apply_per_session(tmp_path: Path) -> None:
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
-        statuses = [(await chat(client, session)).status_code for session in ("ses_a", "ses_a", "ses_b")]
+        token = await mint(client)
+        statuses = [(await chat(client, session, token)).status_code for session in ("ses_a", "ses_a", "ses_b")]
+        capped = await mint(client, Launch(budget=Budget(max_requests=2)))  # a launch's own budget comes first
+        statuses += [(await chat(client, "ses_c", capped)).status_code for _ in range(3)]
     for upstream in router.upstreams.values():
         await upstream.aclose()
     ledger.close()
-    assert statuses == [200, 429, 200]  # ses_a spent its one request; ses_b has its own
+    assert statuses == [200, 429, 200, 200, 200, 429]  # ses_a spent its one request; ses_b has its own

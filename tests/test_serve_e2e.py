@@ -118,7 +118,11 @@ def test_env_prints_exports_without_secrets(server: subprocess.Popen[str], env: 
     assert "unset OPENAI_API_KEY" in result.stdout.splitlines()
     assert f"{url}/v1" in result.stdout and "export OPENCODE_DISABLE_PROJECT_CONFIG=1" in result.stdout
     assert "sk-env-secret" not in result.stdout and "sk-provider" not in result.stdout
-    assert '\\"ticket\\":\\"ENG-7\\"' in result.stdout  # the launch's metadata, in the provider's headers
+    admin = Path(json.loads((gateway_home / "serve" / "server.json").read_text())["token_file"]).read_text()
+    assert admin not in result.stdout  # the launch has a token of its own, minted for its attribution
+    [launch_token] = (gateway_home / "tui" / "launches").iterdir()
+    assert f"{{file:{launch_token}}}" in result.stdout and launch_token.stat().st_mode & 0o777 == 0o600
+    assert "ENG-7" not in result.stdout  # attribution is the server's record, not a header OpenCode sends
 
 
 def test_launching_without_a_server_says_how_to_start_one(env: dict[str, str], workdir: Path) -> None:

@@ -72,7 +72,7 @@ def test_missing_file_is_a_settings_error(tmp_path: Path) -> None:
         (Settings(model="litellm_proxy/", api_base="http://127.0.0.1:1"), "names no model group"),
         (Settings(model="m", permissions="ask"), "cannot answer permission prompts"),
         (Settings(model="m", permissions="yolo"), "use one of read-only, edit, full"),
-        (Settings(model="m", tags=("a,b",)), "contain no comma"),
+        (Settings(model="m", tags=("a,b",)), "no comma"),
         (Settings(model="m", timeout=0), "timeout 0 is invalid"),
         (Settings(model="m", timeout=float("nan")), "timeout nan is invalid"),
         (Settings(model="m", max_cost=float("nan")), "max_cost nan is invalid"),

@@ -34,7 +34,7 @@ from ..credentials import redact
 from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import StreamStalled, Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
 
-__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "create_app"]
+__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -76,7 +76,7 @@ Targeting = Callable[[Mapping[str, str], Any], Target]
 class Endpoint:
     """What the app needs: who may call it, where to forward, and where records go."""
 
-    token: str
+    token: str | Callable[[str], bool]  # the run's token, or (serve) whether a presented one is known
     target: Target | Targeting
     secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
     retry: RetryPolicy = RetryPolicy()
@@ -92,14 +92,25 @@ class Endpoint:
     follows: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), self.token.encode())
+        token = bearer(headers)
+        if token is None:
+            return False
+        if callable(self.token):
+            return self.token(token)
+        return hmac.compare_digest(token.encode(), self.token.encode())
 
     def scrub(self, text: str) -> str:
         return redact(text, self.secrets)
 
 
-def _error(message: str, status_code: int, kind: str) -> Response:
+def bearer(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer ...` header."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def error_response(message: str, status_code: int, kind: str) -> Response:
+    """An OpenAI-shaped error, as every failure of the endpoint is answered."""
     return Response(error_body(message, status_code=status_code, kind=kind), status_code, media_type="application/json")
 
 
@@ -116,15 +127,15 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None = None) -> Starlette:
-    """The endpoint's app; with `stats`, also `GET /stats` (JSON, token required). `GET /health`
-    answers anyone, and says nothing but that the endpoint is up."""
+def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
+    """The endpoint's app, with `routes` of the caller's (serve's). `GET /health` answers anyone,
+    and says nothing but that the endpoint is up."""
 
     def authorized(request: Request) -> bool:
         return endpoint.authorized(request.headers)
 
     def unauthorized() -> Response:
-        return _error("missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error")
+        return error_response("missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error")
 
     async def models(request: Request) -> Response:
         if not authorized(request):
@@ -139,18 +150,18 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
         raw = await _read_body(request, endpoint.max_body_bytes)
         if raw is None:
             message = f"request body is over the limit of {endpoint.max_body_bytes:,} bytes"
-            return _error(message, 413, "invalid_request_error")
+            return error_response(message, 413, "invalid_request_error")
         try:
             body = json.loads(raw)
         except ValueError:
-            return _error("request body is not valid JSON", 400, "invalid_request_error")
+            return error_response("request body is not valid JSON", 400, "invalid_request_error")
         if not isinstance(body, dict):
-            return _error("request body must be a JSON object", 400, "invalid_request_error")
+            return error_response("request body must be a JSON object", 400, "invalid_request_error")
         try:
             target = (endpoint.target if isinstance(endpoint.target, Target)
                       else endpoint.target(request.headers, body.get("model")))
         except BadRequest as exc:
-            return _error(str(exc), 400, "invalid_request_error")
+            return error_response(str(exc), 400, "invalid_request_error")
         body, dropped = clean_body(body)
         if dropped:
             log.debug("dropped request fields that would change attribution or routing: %s", ", ".join(dropped))
@@ -168,7 +179,7 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
         refusal = await account.admit(call.request_id, reservation)
         if refusal:
             call.record(429, None, Cost(0.0, "refused"), None, refusal)
-            return _error(refusal, 429, "budget_exceeded")
+            return error_response(refusal, 429, "budget_exceeded")
         try:
             reply = await call.forward(forwarded_headers(request.headers))
         except BaseException:  # OpenCode went away before the upstream answered: nothing to record
@@ -184,27 +195,19 @@ def create_app(endpoint: Endpoint, stats: Callable[[], Mapping[str, Any]] | None
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def statistics(request: Request) -> Response:
-        if not authorized(request):
-            return unauthorized()
-        assert stats is not None
-        return JSONResponse(stats())
-
     async def not_found(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
-        return _error(message.get(status, "request failed"), status, "invalid_request_error")
+        return error_response(message.get(status, "request failed"), status, "invalid_request_error")
 
-    routes = [
+    return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-    ]
-    if stats is not None:
-        routes.append(Route("/stats", statistics, methods=["GET"]))
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+        *routes,
+    ], exception_handlers={404: not_found, 405: not_found})
 
 
 class _Call:
@@ -282,7 +285,7 @@ class _Call:
         message = self.endpoint.scrub(message)
         log.warning("upstream error %s: %s", reply.status_code, message)
         self.record(reply.status_code, None, Cost(0.0, "failed"), None, message)  # refused: nothing generated
-        return _error(message, reply.status_code, "upstream_error")
+        return error_response(message, reply.status_code, "upstream_error")
 
     async def whole(self, reply: UpstreamReply) -> Response:
         raw = await reply.read()

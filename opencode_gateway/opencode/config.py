@@ -141,11 +141,10 @@ def build_config(
     user_config: Mapping[str, Any] | None = None,
     instructions: Sequence[str] = (),
     readable_dirs: Sequence[str] = (),
-    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
     reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
-    to the system prompt, after any the user's config lists; `headers` go with every request."""
+    to the system prompt, after any the user's config lists."""
     user_config = user_config or {}
     check_user_config(user_config)
     managed = {
@@ -153,7 +152,7 @@ def build_config(
             PROVIDER_ID: {
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
-                "options": {"baseURL": base_url, "apiKey": api_key_ref, **({"headers": dict(headers)} if headers else {})},
+                "options": {"baseURL": base_url, "apiKey": api_key_ref},
                 "models": {model: {"name": model}},
             }
         },

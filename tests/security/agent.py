@@ -35,6 +35,17 @@ if action == "env":
     print(json.dumps(dict(os.environ)))
 elif action == "post":
     print(json.dumps(post(*arguments)))
+elif action == "posts":  # several requests, one after the other
+    print(json.dumps([post(*each) for each in arguments]))
+elif action == "mint":  # ask the server for a launch of one's own choosing, with one's own token
+    root = options["baseURL"].removesuffix("/v1")
+    request = urllib.request.Request(root + "/launches", data=json.dumps(arguments[0]).encode(),
+                                     headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            print(json.dumps([response.status, response.read().decode()]))
+    except urllib.error.HTTPError as error:
+        print(json.dumps([error.code, error.read().decode()]))
 elif action == "parallel":
     count, body = arguments
     with concurrent.futures.ThreadPoolExecutor(count) as pool:

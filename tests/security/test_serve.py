@@ -1,0 +1,55 @@
+"""The agent of one launch attacks the long-lived server with the token its launch was given: it
+tries to add its calls to another launch's session, to choose its own attribution, and to mint
+itself a launch. Each attack reaches the server and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripted_upstream import Reply, ScriptedUpstream, usage
+from tests.security.agent import attack, outcome
+from tests.test_serve_e2e import env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.e2e
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,  # noqa: F811
+    workdir: Path
+) -> None:
+    upstream.script(Reply(text="Victim done.", usage=usage(1000, 10)))
+    victim = launch(env, workdir, "--metadata", "ticket=ENG-1", "--", "run", "--format", "json", "--title", "v",
+                    "victim")
+    assert victim.returncode == 0, victim.stderr
+    [victim_session] = sessions(victim.stdout)
+
+    spoofed = {"x-session-id": victim_session, "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}',
+               "x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]})}
+    body = {"model": "openai/gpt-4o-mini", "stream": False, "messages": MESSAGES}
+    upstream.script(attack(workdir, "posts", [body, spoofed]), Reply(text="attack answer", usage=usage(1000, 10)),
+                    Reply(text="Attacker done.", usage=usage(1000, 10)))
+    attacker = launch(env, workdir, "--metadata", "ticket=ENG-2", "--", "run", "--format", "json", "--title", "a", "go")
+    assert attacker.returncode == 0, attacker.stderr
+    [[status, answer]] = outcome(workdir)
+    assert status == 200 and "attack answer" in answer  # it reached the server and was served
+
+    upstream.script(attack(workdir, "mint", {"metadata": {"ticket": "FREE"}}), Reply(text="done"))
+    minter = launch(env, workdir, "--", "run", "--format", "json", "--title", "a", "go")
+    assert minter.returncode == 0, minter.stderr
+    status, _ = outcome(workdir)
+    assert status == 401  # a launch's token is not the server's admin token
+
+    server.terminate()
+    assert server.wait(30) == 0
+    ledger = sqlite3.connect(gateway_home / "ledger.db")
+    runs = ledger.execute("SELECT session_id, requests, json_extract(metadata, '$.ticket') FROM runs").fetchall()
+    victims = [r for r in runs if r[2] == "ENG-1"]
+    assert victims == [(victim_session, 1, "ENG-1")]  # the victim's run holds only its own request
+    assert sum(r[1] for r in runs if r[2] == "ENG-2") == 3  # the attack is billed to the attacker's launch
+    assert not any(r[2] == "FREE" for r in runs)
