@@ -192,3 +192,16 @@ def test_doctor_checks_the_gateway_the_key_and_the_group(proxy: LiteLLMProxy, op
                           *common[4:])
     assert [(c["name"], c["ok"]) for c in json.loads(bad_key.stdout)][3:] == [
         ("reachable", True), ("key", False), ("group", None)]
+
+
+def test_non_ascii_tags_and_metadata_reach_the_gateways_spend_log_as_given(
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(Reply(text="Bonjour.", usage=usage(1000, 10)))
+    result = run("Dis bonjour", model="litellm_proxy/team-a", api_base=proxy.url, api_key=new_key(proxy),
+                 tags=["équipe"], metadata={"ticket": "ENG-1", "owner": "Zoë 山田"}, workdir=workdir,
+                 settings=settings)
+    assert result.ok, result.error
+    [row] = spend_rows(proxy, result.run_id, expected=1)
+    assert {"harness", "opencode", "équipe", "ticket:ENG-1"} <= set(row["request_tags"])
+    assert row["metadata"]["spend_logs_metadata"] == {"ticket": "ENG-1", "owner": "Zoë 山田"}
