@@ -198,3 +198,14 @@ def test_output_schema_prints_the_answers_object_alone(upstream: ScriptedUpstrea
     data = json.loads(result.stdout)
     assert data["stop_reason"] == "error" and data["output"] is None
     assert data["error"]["type"] == "OutputInvalid" and data["error"]["raw_text"] == "Could not fix it."
+
+
+@pytest.mark.parametrize("task_id", ["..", "."])
+def test_a_batch_task_named_dot_or_dot_dot_is_exit_2_and_removes_nothing(task_id: str, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "ok", "prompt": "a"}) + "\n" + json.dumps({"id": task_id, "prompt": "b"}) + "\n")
+    (tmp_path / "precious.txt").write_text("keep")
+    result = cli("batch", str(tasks), "-m", "openai/m", "--workdir-root", str(tmp_path))
+    assert result.returncode == 2
+    assert f"line 2: id {task_id!r} is invalid" in result.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep" and tasks.exists()

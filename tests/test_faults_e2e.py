@@ -163,16 +163,17 @@ def test_no_process_outlives_the_run(upstream: ScriptedUpstream, workdir: Path, 
     assert _processes_with(marker) == []
 
 
-_SIGINT_AS_IN_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                            "os.execv(sys.argv[1], sys.argv[1:])")
+_SIGNALS_AS_IN_A_TERMINAL = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in "
+                             "(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]; os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path) -> subprocess.Popen[str]:
     """The CLI on a run whose second request streams slowly; returned once that request arrived.
-    It starts with SIGINT handled, as from a terminal: a suite started in the background (`&` in a
-    script) ignores SIGINT, and so would every program it starts."""
+    It starts with the signals handled, as from a terminal: a suite started in the background (`&`
+    in a script) ignores SIGINT, one under `nohup` SIGHUP, and so would every program it starts."""
     cli = subprocess.Popen(
-        [sys.executable, "-c", _SIGINT_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "run", "-m", "litellm_proxy/coder", "--api-base", upstream.url,
+        [sys.executable, "-c", _SIGNALS_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "run",
+         "-m", "litellm_proxy/coder", "--api-base", upstream.url,
          "--api-key", "sk-v", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger),
          "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

@@ -92,10 +92,6 @@ class OpenCodeProcess:
             raise OpenCodeNotFound(f"cannot start {self.argv[0]}: {exc.strerror}: {INSTALL_HINT}") from exc
         process = self._process
         assert process.stdin and process.stdout and process.stderr
-        process.stdin.write(self.prompt.encode())
-        with contextlib.suppress(ConnectionError):
-            await process.stdin.drain()
-        process.stdin.close()  # OpenCode reads stdin to EOF before it starts
 
         async def read_events() -> None:
             async for line in process.stdout:  # type: ignore[union-attr]
@@ -108,7 +104,11 @@ class OpenCodeProcess:
 
         readers: asyncio.Future[Any] = asyncio.gather(read_events(), read_stderr())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
-        try:
+        try:  # from here on, whatever happens (Ctrl-C while the prompt is written too), the finally cleans up
+            process.stdin.write(self.prompt.encode())
+            with contextlib.suppress(ConnectionError):
+                await process.stdin.drain()
+            process.stdin.close()  # OpenCode reads stdin to EOF before it starts
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:
                 readers.result()

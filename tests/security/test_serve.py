@@ -31,13 +31,17 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
 
     spoofed = {"x-session-id": victim_session, "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}',
                "x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]})}
-    body = {"model": "openai/gpt-4o-mini", "stream": False, "messages": MESSAGES}
+    body = {"model": "openai/gpt-4o-mini", "stream": False, "messages": MESSAGES, "user": "mallory",
+            "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}], "timeout": 0.001,
+            "input_cost_per_token": -1, "metadata": {"ticket": "ENG-1"}, "api_base": "http://127.0.0.1:9/v1"}
     upstream.script(attack(workdir, "posts", [body, spoofed]), Reply(text="attack answer", usage=usage(1000, 10)),
                     Reply(text="Attacker done.", usage=usage(1000, 10)))
     attacker = launch(env, workdir, "--metadata", "ticket=ENG-2", "--", "run", "--format", "json", "--title", "a", "go")
     assert attacker.returncode == 0, attacker.stderr
     [[status, answer]] = outcome(workdir)
     assert status == 200 and "attack answer" in answer  # it reached the server and was served
+    forwarded = upstream.requests[1]["body"]  # the server's allowlist is the run's
+    assert not {"user", "fallbacks", "timeout", "input_cost_per_token", "metadata", "api_base"} & set(forwarded)
 
     upstream.script(attack(workdir, "mint", {"metadata": {"ticket": "FREE"}}), Reply(text="done"))
     minter = launch(env, workdir, "--", "run", "--format", "json", "--title", "a", "go")
