@@ -76,7 +76,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return base.replace(
         model=getattr(args, "model", None),
         api_base=getattr(args, "api_base", None),
-        api_key=getattr(args, "api_key", None),
+        api_key=_api_key(args),
         permissions=getattr(args, "permissions", None),
         disable_tools=(*base.disable_tools, *args.disable_tool) if getattr(args, "disable_tool", None) else None,
         tags=(*base.tags, *args.tag) if getattr(args, "tag", None) else None,
@@ -195,7 +195,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose
 
     settings = load_settings(args.config).replace(
-        model=args.model, api_base=args.api_base, api_key=args.api_key, opencode_bin=args.opencode_bin,
+        model=args.model, api_base=args.api_base, api_key=_api_key(args), opencode_bin=args.opencode_bin,
         ledger=Path(args.ledger) if args.ledger else None)
     checks = diagnose(settings)
     if args.json:
@@ -278,7 +278,20 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
 def _upstream_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-base", metavar="URL", help="gateway URL (litellm_proxy/ models) or provider API base")
-    parser.add_argument("--api-key", metavar="KEY", help="virtual key or provider key (prefer LITELLM_PROXY_API_KEY)")
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument("--api-key", metavar="KEY", help="virtual key or provider key; visible to local users in the "
+                     "process list: prefer --api-key-file or LITELLM_PROXY_API_KEY")
+    key.add_argument("--api-key-file", metavar="PATH", help="read the key from this file (kept out of argv)")
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "api_key_file", None)
+    if path:
+        key = _read(path, "API key").strip()
+        if not key:
+            raise SettingsError(f"the API key file {path} is empty")
+        return key
+    return getattr(args, "api_key", None)
 
 
 def _limit_flags(parser: argparse.ArgumentParser, of: str) -> None:

@@ -56,7 +56,7 @@ def _ledger(settings: Settings) -> Check:
     path = settings.ledger_path
     if path.exists():
         try:
-            connect(path, migrate=False).close()
+            connect(path, create=False).close()
         except GatewayError as exc:
             return Check("ledger", False, str(exc))
         return Check("ledger", True, f"{path} opens" + ("" if os.access(path, os.W_OK) else " (read-only!)"))

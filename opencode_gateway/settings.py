@@ -1,7 +1,8 @@
 """Settings: config.yaml and flags, resolved into one frozen value before anything starts.
 
 A value written `os.environ/NAME` is read from the environment, as LiteLLM's own config does, so a
-config file can be committed without the keys it uses.
+config file can be committed without the keys it uses; `api_key: file:PATH` reads the key from a
+file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = ["PERMISSION_MODES", "Settings", "beside", "check_attribution", "check
 
 PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
+FILE_PREFIX = "file:"
 GATEWAY_PREFIX = "litellm_proxy/"
 
 
@@ -259,6 +261,18 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=NoAliases)  # noqa: S506 (a SafeLoader)
 
 
+def _key_from_file(settings_file: Path, name: str) -> str:
+    """`api_key: file:PATH`: the key in PATH (beside the settings file when relative)."""
+    path = Path(beside(settings_file, [name])[0])
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{settings_file}: api_key: cannot read the key file {path} ({exc})") from None
+    if not key:
+        raise SettingsError(f"{settings_file}: api_key: the key file {path} is empty")
+    return key
+
+
 def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
     """Read a config.yaml into Settings (over `base`); None reads nothing."""
     base = base or Settings()
@@ -297,6 +311,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             raise SettingsError(f"{file}: {key} must be a list of strings")
         if key == "skills" and isinstance(value, list):  # folders named in a settings file are found beside it
             value = beside(file, value)
+        if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
+            value = _key_from_file(file, value[len(FILE_PREFIX):])
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:
         return base.replace(**values)  # which checks prices and budgets

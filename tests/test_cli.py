@@ -209,3 +209,19 @@ def test_a_batch_task_named_dot_or_dot_dot_is_exit_2_and_removes_nothing(task_id
     assert result.returncode == 2
     assert f"line 2: id {task_id!r} is invalid" in result.stderr
     assert (tmp_path / "precious.txt").read_text() == "keep" and tasks.exists()
+
+
+@pytest.mark.e2e
+def test_the_key_can_come_from_a_file_and_never_be_in_argv(upstream: ScriptedUpstream, opencode_bin: str,
+                                                            workdir: Path, tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-a-file\n")
+    upstream.script(Reply(text="ok"))
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key-file", str(key_file),
+                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "l.db"), "hi")
+    assert result.returncode == 0, result.stderr
+    assert upstream.requests[0]["headers"]["authorization"] == "Bearer sk-from-a-file"
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    refused = cli("run", "-m", "m", "--api-key-file", str(empty), "hi")
+    assert refused.returncode == 2 and "the API key file" in refused.stderr and "is empty" in refused.stderr

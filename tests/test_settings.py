@@ -151,3 +151,10 @@ def test_a_settings_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path) -> 
     path.write_bytes(b"model: caf\xe9\n")
     with pytest.raises(SettingsError, match="not UTF-8 text"):
         load_settings(path)
+
+
+def test_an_api_key_can_come_from_a_file_beside_the_settings(tmp_path: Path) -> None:
+    (tmp_path / "key.txt").write_text("sk-from-file\n")
+    assert load_settings(write(tmp_path, "api_key: file:key.txt\n")).api_key == "sk-from-file"
+    with pytest.raises(SettingsError, match="cannot read the key file"):
+        load_settings(write(tmp_path, "api_key: file:absent.txt\n"))

@@ -172,11 +172,12 @@ _RUN_TOTALS = {
 }
 
 
-def connect(path: Path, *, migrate: bool = True, timeout: float = 5.0) -> sqlite3.Connection:
-    """An open, migrated connection, with abandoned runs closed; LedgerError says what is wrong
-    with the file otherwise."""
+def connect(path: Path, *, create: bool = True, timeout: float = 5.0) -> sqlite3.Connection:
+    """An open connection to a ledger of the current schema (an older one is migrated), with
+    abandoned runs closed; LedgerError says what is wrong with the file otherwise. Readers (report,
+    doctor) pass `create=False`: a ledger that does not exist is an error, not a new file."""
     try:
-        if migrate:
+        if create:
             _create_private(path)
         elif not path.exists():
             raise LedgerError(f"no ledger at {path}: runs write one there (or pass --ledger PATH)")
@@ -187,17 +188,15 @@ def connect(path: Path, *, migrate: bool = True, timeout: float = 5.0) -> sqlite
             connection.close()
             raise LedgerError(f"ledger {path} has schema version {version}, newer than this opencode-gateway "
                               f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway")
-        if migrate:
+        if create or version < SCHEMA_VERSION:
             _use_wal(connection, timeout)
             connection.execute("PRAGMA synchronous=NORMAL")
             if version < SCHEMA_VERSION:
                 _migrate(connection)
-        elif version < SCHEMA_VERSION:
-            raise LedgerError(f"ledger {path} has schema version {version}: open it once with a run to migrate it")
         try:
             _mark_abandoned(connection)
         except sqlite3.OperationalError:
-            if migrate:  # a reader (report) may lack write access; the next run closes them
+            if create:  # a reader (report) may lack write access; the next run closes them
                 raise
         return connection
     except sqlite3.Error as exc:
@@ -213,7 +212,7 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
         return set()
     conditions = "".join(" AND json_extract(metadata, ?) = ?" for _ in where)
     parameters = [f'$."{key}"', *(p for name, value in where.items() for p in (f'$."{name}"', value))]
-    connection = connect(path, migrate=False)
+    connection = connect(path, create=False)
     try:
         rows = connection.execute(f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'"
                                   f"{conditions}", parameters).fetchall()

@@ -130,7 +130,7 @@ def build_report(path: Path, *, by: str = "ticket", since: str | None = None, un
     where_sql = ("WHERE " + " AND ".join(conditions)) if conditions else ""
     source = "requests q JOIN runs r ON r.run_id = q.run_id"
     tag_join = ", json_each(r.tags) AS tag" if by == "tag" else ""
-    connection = connect(path, migrate=False)
+    connection = connect(path, create=False)
     try:
         rows = connection.execute(
             f"SELECT {key_sql} AS grp, {_SUMS} FROM {source}{tag_join} {where_sql} GROUP BY grp "

@@ -62,7 +62,7 @@ def _our_requests(ledger: Path, run_id: str | None, since: str | None) -> dict[s
     if since:
         sql += " AND q.started_at >= ?"
         parameters.append(parse_time(since))
-    connection = connect(ledger, migrate=False)
+    connection = connect(ledger, create=False)
     try:
         rows = [dict(r) for r in connection.execute(sql + " ORDER BY q.started_at", parameters)]
     finally:

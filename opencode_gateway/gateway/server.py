@@ -20,6 +20,10 @@ from ..errors import SettingsError
 __all__ = ["EndpointServer"]
 
 _GRACE_S = 5  # for requests still open when the server stops
+# How long an idle connection is kept open. uvicorn's 5 s is shorter than many a tool call between
+# two model requests, and a client that reuses a connection just as the server closes it sees it
+# reset; OpenCode's client reconnects after longer gaps on its own.
+_KEEP_ALIVE_S = 75
 
 
 def _is_loopback(host: str) -> bool:
@@ -41,7 +45,7 @@ class EndpointServer:
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=_GRACE_S)
+                                timeout_graceful_shutdown=_GRACE_S, timeout_keep_alive=_KEEP_ALIVE_S)
         config.load()
         self._server = uvicorn.Server(config)
         self._server.lifespan = config.lifespan_class(config)

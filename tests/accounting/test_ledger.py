@@ -42,7 +42,7 @@ def test_runs_and_requests_are_written(tmp_path: Path) -> None:
                       usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1), cost=0.001,
                       unpriced=1)
     ledger.close()
-    db = connect(path, migrate=False)
+    db = connect(path, create=False)
     run = dict(db.execute("SELECT * FROM runs").fetchone())
     assert run["metadata"] == '{"ticket": "ENG-412"}' and run["stop_reason"] == "done"
     assert (run["requests"], run["input_tokens"], run["cost"], run["unpriced_requests"]) == (2, 1000, 0.001, 1)
@@ -107,7 +107,7 @@ def test_a_locked_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_reading_a_missing_ledger_says_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="no ledger at"):
-        connect(tmp_path / "absent.db", migrate=False)
+        connect(tmp_path / "absent.db", create=False)
 
 
 def test_a_failed_write_is_kept_for_the_run_to_report(tmp_path: Path) -> None:
@@ -138,9 +138,10 @@ def test_a_ledger_at_version_1_gains_the_owner_column(tmp_path: Path) -> None:
     db.executescript(f"{_MIGRATIONS[0]}; PRAGMA user_version=1;")
     db.execute("INSERT INTO runs (run_id, started_at, model, mode) VALUES ('run_old', 1, 'm', 'sdk')")
     db.commit()
-    Ledger(path).close()
+    connect(path, create=False).close()  # a reader (report, doctor) after an upgrade migrates it too
     row = sqlite3.connect(path).execute("SELECT run_id, owner, stop_reason FROM runs").fetchone()
     assert row == ("run_old", None, None)  # a run of no known process is left as it was
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def _open_at(path: str, moment: float) -> str:
