@@ -13,13 +13,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._litellm import owning_loop
 from .errors import GatewayError, SettingsError
 from .opencode.binary import SUPPORTED
 from .opencode.config import OPENCODE_VERSION, TOOLS
 from .settings import PERMISSION_MODES, Settings, load_settings
+
+if TYPE_CHECKING:
+    from .serve import ServerState
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -85,6 +88,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         instructions=_read(instructions, "instructions") if instructions else None,
         skills=(*base.skills, *args.skill) if getattr(args, "skill", None) else None,
         env=(*base.env, *args.env) if getattr(args, "env", None) else None,
+        sandbox=getattr(args, "sandbox", None),
+        sandbox_network=getattr(args, "sandbox_network", None),
+        sandbox_allow_write=(*base.sandbox_allow_write, *map(_absolute, args.sandbox_allow_write))
+        if getattr(args, "sandbox_allow_write", None) else None,
+        sandbox_allow_read=(*base.sandbox_allow_read, *map(_absolute, args.sandbox_allow_read))
+        if getattr(args, "sandbox_allow_read", None) else None,
         timeout=getattr(args, "timeout", None),
         opencode_bin=getattr(args, "opencode_bin", None),
         ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
@@ -92,6 +101,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         max_requests=getattr(args, "max_requests", None),
         max_tokens=getattr(args, "max_tokens", None),
     )
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
 
 
 def _print_json(data: Any, stream: Any = None) -> None:
@@ -196,7 +209,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config).replace(
         model=args.model, api_base=args.api_base, api_key=_api_key(args), opencode_bin=args.opencode_bin,
-        ledger=Path(args.ledger) if args.ledger else None)
+        ledger=Path(args.ledger) if args.ledger else None, sandbox=args.sandbox)
     checks = diagnose(settings)
     if args.json:
         _print_json([check.to_dict() for check in checks])
@@ -226,26 +239,27 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_env(args: argparse.Namespace) -> tuple[Settings, dict[str, str]]:
+def _launch_env(args: argparse.Namespace) -> tuple[Settings, ServerState, dict[str, str]]:
     from .launch import launch_env
     from .serve import ServerState
 
     settings = _settings(args)
-    return settings, launch_env(settings, ServerState.read(settings.data_dir), workdir=Path.cwd())
+    server = ServerState.read(settings.data_dir)
+    return settings, server, launch_env(settings, server, workdir=Path.cwd())
 
 
 def _cmd_opencode(args: argparse.Namespace) -> int:
     from .launch import run_opencode
 
-    settings, env = _launch_env(args)
+    settings, server, env = _launch_env(args)
     arguments = args.opencode_args[1:] if args.opencode_args[:1] == ["--"] else args.opencode_args
-    run_opencode(settings, arguments, env)
+    run_opencode(settings, server, arguments, env)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
     from .launch import shell_exports
 
-    _, env = _launch_env(args)
+    _, _, env = _launch_env(args)
     sys.stdout.write("# OpenCode on the running opencode-gateway server; use it in a subshell:\n"
                      "#   ( eval \"$(opencode-gateway env -m MODEL)\"; opencode )\n" + shell_exports(env))
     return 0
@@ -305,6 +319,17 @@ def _budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
     parser.add_argument("--max-tokens", type=int, metavar="N", help=f"stop {of} after N input+output tokens")
 
 
+def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sandbox", choices=("auto", "bwrap", "none"),
+                        help="confine OpenCode with bubblewrap (default: auto, when it works here)")
+    parser.add_argument("--sandbox-network", choices=("endpoint", "host"),
+                        help="in the sandbox, reach only the run's endpoint (default) or the host's network")
+    parser.add_argument("--sandbox-allow-write", action="append", default=[], metavar="PATH",
+                        help="a path the sandboxed run may write besides its workdir; repeatable")
+    parser.add_argument("--sandbox-allow-read", action="append", default=[], metavar="PATH",
+                        help="a path the sandbox hides (in the real HOME or /tmp) that the run may read; repeatable")
+
+
 def _ledger_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
 
@@ -348,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     _limit_flags(run, "the run")
+    _sandbox_flags(run)
     _opencode_bin_flag(run)
     _ledger_flag(run)
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
@@ -369,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--batch-id", metavar="ID", help="the batch's id in the ledger (default: from the file's path)")
     _upstream_flags(batch)
     _limit_flags(batch, "each run")
+    _sandbox_flags(batch)
     _opencode_bin_flag(batch)
     _ledger_flag(batch)
     batch.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
@@ -395,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         _budget_flags(launcher, "each session of this launch")
         _opencode_bin_flag(launcher)
         if name == "opencode":
+            _sandbox_flags(launcher)
             launcher.add_argument("opencode_args", nargs=argparse.REMAINDER, metavar="-- OPENCODE ARGS",
                                   help="arguments for opencode (default: none, the TUI)")
         launcher.set_defaults(handler=handler)
@@ -411,11 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
     install.set_defaults(handler=_cmd_install_opencode)
 
-    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the ledger, "
+    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the ledger, "
                                  "and with -m litellm_proxy/<group> the gateway, the key and the group")
     doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
     doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     _upstream_flags(doctor)
+    doctor.add_argument("--sandbox", choices=("auto", "bwrap", "none"), help="the sandbox to check (default: auto)")
     _opencode_bin_flag(doctor)
     _ledger_flag(doctor)
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")

@@ -50,6 +50,19 @@ def _ripgrep(settings: Settings) -> Check:
     return Check("rg", True, found)
 
 
+def _sandbox(settings: Settings) -> Check:
+    from .opencode.sandbox import INSTALL_HINT, probe
+
+    problem = probe()
+    if settings.sandbox == "none":
+        return Check("sandbox", True, "off (--sandbox none): OpenCode runs unconfined")
+    if problem is None:
+        return Check("sandbox", True, f"bubblewrap confines every run (network: {settings.sandbox_network})")
+    if settings.sandbox == "auto":
+        return Check("sandbox", True, f"runs are NOT confined: {problem}; {INSTALL_HINT}")
+    return Check("sandbox", False, f"--sandbox bwrap cannot work: {problem}; {INSTALL_HINT}")
+
+
 def _ledger(settings: Settings) -> Check:
     from .accounting.ledger import connect
 
@@ -91,7 +104,7 @@ def _gateway(settings: Settings) -> list[Check]:
 
 def diagnose(settings: Settings) -> list[Check]:
     """Every check, in the order a run meets them; with a gateway model, the gateway's too."""
-    checks: list[Callable[[Settings], Check]] = [_opencode, _ripgrep, _ledger]
+    checks: list[Callable[[Settings], Check]] = [_opencode, _ripgrep, _sandbox, _ledger]
     found = [check(settings) for check in checks]
     if (settings.model or "").startswith(GATEWAY_PREFIX):
         found += _gateway(settings)

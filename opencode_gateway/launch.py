@@ -9,15 +9,19 @@ launch (the server's admin token never reaches it).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
-from .serve import Launch, ServerState, mint_launch
+from .opencode.sandbox import Sandbox, resolve_sandbox
+from .serve import Launch, ServerState, mint_launch, server_socket
 from .settings import Settings
 
 __all__ = ["launch_env", "run_opencode", "shell_exports"]
@@ -48,10 +52,26 @@ def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
     return env
 
 
-def run_opencode(settings: Settings, arguments: Sequence[str], env: Mapping[str, str]) -> NoReturn:
-    """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up)."""
+def run_opencode(settings: Settings, server: ServerState, arguments: Sequence[str],
+                 env: Mapping[str, str]) -> NoReturn:
+    """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up), in the
+    sandbox `settings.sandbox` comes to: under bwrap it reaches the server through the server's
+    unix socket, bridged to the port its config names."""
     binary = find_opencode(settings.opencode_bin, settings.data_dir)
-    os.execve(binary, [binary, *arguments], dict(env))
+    notes: list[str] = []
+    if resolve_sandbox(settings.sandbox, notes) == "none":
+        for note in notes:
+            print(f"opencode-gateway: warning: {note}", file=sys.stderr)
+        os.execve(binary, [binary, *arguments], dict(env))
+    private = settings.data_dir / "tui"
+    socket_path = server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None
+    token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
+    argv = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
+                   tuple(map(Path, settings.sandbox_allow_read))).wrap(
+        [binary, *arguments], workdir=Path(env["PWD"]), private_dir=private, data_home=private / "data",
+        port=urlsplit(server.url).port or 80, socket_path=socket_path,
+        hidden=[private / "launches"], shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
+    os.execvpe(argv[0], argv, {**env, "TMPDIR": "/tmp"})
 
 
 def shell_exports(env: Mapping[str, str], inherited: Mapping[str, str] = os.environ) -> str:

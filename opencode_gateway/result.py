@@ -32,6 +32,7 @@ class RunResult:
     duration_s: float = 0.0
     output: Any = None  # with output=: the validated JSON object (or pydantic model instance)
     files: tuple[FileChange, ...] = ()  # what the run created, modified and deleted in its workdir
+    sandbox: str = "none"  # the confinement the run actually had: "bwrap" or "none"
 
     @property
     def cost_sources(self) -> dict[str, int]:
@@ -58,6 +59,7 @@ class RunResult:
             "stop_reason": self.stop_reason,
             "model": self.model,
             "mode": self.mode,
+            "sandbox": self.sandbox,
             "usage": self.usage.to_dict(),
             "cost": self.cost,
             "cost_sources": self.cost_sources,

@@ -62,6 +62,7 @@ from .opencode import config as oc_config
 from .opencode.events import Error, Event
 from .opencode.binary import find_opencode
 from .opencode.process import OpenCodeProcess, run_argv
+from .opencode.sandbox import Sandbox, resolve_sandbox
 from .opencode.skills import Skill, install_skills, load_skills, skills_dir
 from .opencode.watchdog import Watchdog
 from .ordering import CausalOrder
@@ -129,6 +130,8 @@ class _Plan:
     resumed_store: Path | None
     skills: tuple[Skill, ...]
     output: OutputSpec | None
+    sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
+    notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
 
     async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False) -> RunResult:
         """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text."""
@@ -174,6 +177,7 @@ def _prepare(
     max_requests: int | None = None,
     max_tokens: int | None = None,
     opencode_bin: str | None = None,
+    sandbox: str | None = None,
     settings: Settings | None = None,
     tools: Any = None,
     history: Any = None,
@@ -189,6 +193,8 @@ def _prepare(
         JSON object, validated, and OutputInvalid is raised when the run gives none.
     session_id: an earlier RunResult.session_id, to continue that OpenCode session.
     timeout, max_cost, max_requests, max_tokens: the run's limits.
+    sandbox: "auto" (default: bubblewrap when it works here), "bwrap" or "none"; RunResult.sandbox
+        says what the run had.
     settings: the rest (a Settings, e.g. from load_settings); the arguments above override it.
     tools, history: not supported (CapabilityUnsupported says why).
     """
@@ -204,7 +210,7 @@ def _prepare(
         model=model, api_base=api_base, api_key=api_key, permissions=permissions, disable_tools=disable_tools,
         agent=agent, metadata=metadata, tags=tags, instructions=instructions,
         skills=None if skills is None else [str(s) for s in skills], timeout=timeout, max_cost=max_cost,
-        max_requests=max_requests, max_tokens=max_tokens, opencode_bin=opencode_bin,
+        max_requests=max_requests, max_tokens=max_tokens, opencode_bin=opencode_bin, sandbox=sandbox,
     ).validated()
     if not prompt.strip():
         raise SettingsError("the prompt is empty: give the task to run")
@@ -224,9 +230,12 @@ def _prepare(
     resumed_store = _session_store(settings, session_id) if session_id else None
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
+    notes: list[str] = []
+    confinement = resolve_sandbox(settings.sandbox, notes)
     return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
                  binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
-                 resumed_store=resumed_store, skills=loaded_skills, output=spec)
+                 resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
+                 notes=tuple(notes))
 
 
 def _takes_run_options(function: Callable[..., T]) -> Callable[P, T]:
@@ -330,7 +339,7 @@ class _RunState:
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure, or the refusal, that ended the run
         self.process: OpenCodeProcess | None = None
-        self.warnings: list[str] = []  # of the runner's own (a tree too big to snapshot)
+        self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.finished = False
         self.order = CausalOrder()
 
@@ -440,7 +449,9 @@ class _RunState:
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
                 on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
             ))
-            async with EndpointServer(app) as server:
+            confined = plan.sandbox == "bwrap"
+            socket_path = private / "endpoint.sock" if confined and settings.sandbox_network == "endpoint" else None
+            async with EndpointServer(app, unix_socket=socket_path) as server:
                 config = oc_config.build_config(
                     model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
                     permissions=settings.permissions, disable_tools=settings.disable_tools,
@@ -451,6 +462,12 @@ class _RunState:
                 env = oc_config.build_env(os.environ, private_dir=private, data_dir=data_home, config=config,
                                           passed=settings.passed_env())
                 argv = run_argv(plan.binary, oc_config.opencode_model(model), settings.agent, plan.session_id)
+                if confined:
+                    env["TMPDIR"] = "/tmp"  # the sandbox's own, empty /tmp
+                    argv = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
+                                           tuple(map(Path, settings.sandbox_allow_read))).wrap(
+                        argv, workdir=plan.workdir, private_dir=private, data_home=data_home, port=server.port,
+                        socket_path=socket_path)
                 self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=watchdog.tag)
                 try:
                     outcome = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
@@ -491,6 +508,7 @@ class _RunState:
             run_id=self.run_id, text=text, session_id=found_session, stop_reason=stop_reason, model=model,
             mode=settings.mode, usage=usage, cost=cost, requests=tuple(self.records), events=tuple(self.events),
             error=error, warnings=warnings, duration_s=time.monotonic() - started, output=output, files=files,
+            sandbox=plan.sandbox,
         )
         if problem is not None:
             error = OutputInvalid(f"{problem} (the answer is in the error's raw_text)", raw_text=text, result=result)

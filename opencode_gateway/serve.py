@@ -45,7 +45,8 @@ from .gateway.upstream import Upstream
 from .runner import upstream_for
 from .settings import GATEWAY_PREFIX, Settings, check_attribution
 
-__all__ = ["Launch", "ServerState", "SessionRouter", "mint_launch", "serve", "server_app", "server_token"]
+__all__ = ["Launch", "ServerState", "SessionRouter", "mint_launch", "serve", "server_app", "server_socket",
+           "server_token"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,14 @@ class Launch:
 def _paths(data_dir: Path) -> tuple[Path, Path]:
     folder = data_dir / "serve"
     return folder / "token", folder / "server.json"
+
+
+def server_socket(data_dir: Path) -> Path:
+    """Where the server also listens for sandboxed launches: a folder holding nothing else, so
+    binding it into a sandbox shows no other file of the server's."""
+    folder = data_dir / "serve-socket"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / "endpoint.sock"
 
 
 def server_token(data_dir: Path) -> Path:
@@ -296,8 +305,10 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
     token_file = server_token(settings.data_dir)
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, token_file.read_text().strip())
+    socket_path = server_socket(settings.data_dir)
+    socket_path.unlink(missing_ok=True)  # left by a server that was killed
     try:
-        listening = EndpointServer(app, host, port, allow_remote=allow_remote)
+        listening = EndpointServer(app, host, port, allow_remote=allow_remote, unix_socket=socket_path)
     except OSError as exc:
         ledger.close()
         raise SettingsError(f"cannot listen on {host}:{port} ({exc.strerror}): pass --port N (0 picks a free port)") \
@@ -317,6 +328,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
         for signum in _STOP_SIGNALS:
             loop.remove_signal_handler(signum)
         state_file.unlink(missing_ok=True)
+        socket_path.unlink(missing_ok=True)
         router.close()
         for upstream in router.upstreams.values():
             await upstream.aclose()

@@ -87,6 +87,10 @@ class Settings:
     diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff
     ledger: Path | None = None  # None: <data_dir>/ledger.db
     env: tuple[str, ...] = ()  # variables passed to OpenCode on purpose (its environment is an allowlist)
+    sandbox: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none" (opencode/sandbox.py)
+    sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
+    sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
+    sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
 
     @property
     def budget(self) -> Budget:
@@ -119,7 +123,8 @@ class Settings:
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])
-        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env"):
+        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
+                     "sandbox_allow_read"):
             if name in given:
                 given[name] = tuple(given[name])
         return dataclasses.replace(self, **given)
@@ -145,6 +150,13 @@ class Settings:
             value = getattr(self, name)
             if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
                 raise SettingsError(f"{name} {value} is invalid: give a number above 0")
+        if self.sandbox not in ("auto", "bwrap", "none"):
+            raise SettingsError(f"sandbox {self.sandbox!r} is not known: use auto, bwrap or none")
+        if self.sandbox_network not in ("endpoint", "host"):
+            raise SettingsError(f"sandbox_network {self.sandbox_network!r} is not known: use endpoint or host")
+        for path in (*self.sandbox_allow_write, *self.sandbox_allow_read):
+            if not Path(path).is_absolute() or not Path(path).exists():
+                raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
         self.passed_env()
         return self
 
@@ -217,6 +229,10 @@ _FILE_KEYS: dict[str, tuple[type, ...]] = {
     "diff_max_bytes": (int,),
     "ledger": (str,),
     "env": (list,),
+    "sandbox": (str,),
+    "sandbox_network": (str,),
+    "sandbox_allow_write": (list,),
+    "sandbox_allow_read": (list,),
 }
 
 
@@ -309,8 +325,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             raise SettingsError(f"{file}: {key} must be a list of strings")
-        if key == "skills" and isinstance(value, list):  # folders named in a settings file are found beside it
-            value = beside(file, value)
+        if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
+            value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
         if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
             value = _key_from_file(file, value[len(FILE_PREFIX):])
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value

@@ -12,8 +12,10 @@ def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -
     result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db"), "--json")
     assert result.returncode == 0, result.stdout
     checks = json.loads(result.stdout)
-    assert [(c["name"], c["ok"]) for c in checks] == [("opencode", True), ("rg", True), ("ledger", True)]
+    assert [(c["name"], c["ok"]) for c in checks] == [("opencode", True), ("rg", True), ("sandbox", True),
+                                                       ("ledger", True)]
     assert checks[0]["detail"].startswith("OpenCode 1.18.")
+    assert checks[2]["detail"].startswith("bubblewrap confines every run")  # scripts/setup installs it
 
 
 def test_a_binary_that_is_not_opencode_fails_its_line(tmp_path: Path) -> None:
@@ -21,7 +23,7 @@ def test_a_binary_that_is_not_opencode_fails_its_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("FAIL opencode") and "install-opencode" in lines[0]
-    assert lines[1].startswith("ok   rg") and lines[2].startswith("ok   ledger")
+    assert lines[1].startswith("ok   rg") and lines[2].startswith("ok   sandbox") and lines[3].startswith("ok   ledger")
 
 
 def test_a_corrupt_ledger_fails_its_line(opencode_bin: str, tmp_path: Path) -> None:
@@ -31,3 +33,13 @@ def test_a_corrupt_ledger_fails_its_line(opencode_bin: str, tmp_path: Path) -> N
     assert result.returncode == 1
     [line] = [line for line in result.stdout.splitlines() if "ledger" in line]
     assert line.startswith("FAIL ledger") and str(ledger) in line
+
+
+def test_a_sandbox_that_cannot_work_fails_its_line_only_when_insisted_on(opencode_bin: str, tmp_path: Path) -> None:
+    no_tools = {"PATH": "/nonexistent"}  # no bwrap, no socat (nor rg) on PATH
+    for sandbox, ok in (("auto", True), ("bwrap", False)):
+        result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "l.db"), "--sandbox", sandbox,
+                     "--json", env=no_tools)
+        [check] = [c for c in json.loads(result.stdout) if c["name"] == "sandbox"]
+        assert check["ok"] is ok and "bwrap is not installed" in check["detail"] and "apt-get install bubblewrap" in \
+            check["detail"]

@@ -181,16 +181,16 @@ def test_doctor_checks_the_gateway_the_key_and_the_group(proxy: LiteLLMProxy, op
               "--ledger", str(tmp_path / "ledger.db"), "--json")
     allowed = gateway_cli("doctor", "-m", "litellm_proxy/team-a", *common)
     assert allowed.returncode == 0, allowed.stdout
-    assert [(c["name"], c["ok"]) for c in json.loads(allowed.stdout)][3:] == [
+    assert [(c["name"], c["ok"]) for c in json.loads(allowed.stdout)][4:] == [
         ("reachable", True), ("key", True), ("group", True)]
     refused = gateway_cli("doctor", "-m", "litellm_proxy/team-b", *common)
     assert refused.returncode == 1
-    checks = json.loads(refused.stdout)[3:]
+    checks = json.loads(refused.stdout)[4:]
     assert [(c["name"], c["ok"]) for c in checks] == [("reachable", True), ("key", True), ("group", False)]
     assert "may not use model group 'team-b'" in checks[2]["detail"] and key not in refused.stdout
     bad_key = gateway_cli("doctor", "-m", "litellm_proxy/team-a", *common[:2], "--api-key", "sk-not-a-key",
                           *common[4:])
-    assert [(c["name"], c["ok"]) for c in json.loads(bad_key.stdout)][3:] == [
+    assert [(c["name"], c["ok"]) for c in json.loads(bad_key.stdout)][4:] == [
         ("reachable", True), ("key", False), ("group", None)]
 
 

@@ -46,6 +46,22 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+def _postgres_of(script: int) -> set[int]:
+    """The Postgres cluster this script started (found by the port in its proxy's DATABASE_URL):
+    another suite beside this one runs clusters of its own."""
+    for pid in _descendants(script):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        url = next((entry[len(b"DATABASE_URL="):] for entry in environ if entry.startswith(b"DATABASE_URL=")), None)
+        if url is not None:
+            port = url.rsplit(b":", 1)[1].split(b"/")[0]
+            mains = _pids(b"postgres") & _pids(b"-p\0" + port + b"\0")
+            return mains | {child for main in mains for child in _descendants(main)}
+    return set()
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -56,7 +72,6 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream: ScriptedUpstream,
                                                                        signum: int) -> None:
-    postgres_before = _pids(b"postgres")
     script = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "litellm_proxy.py"), "--upstream",
                                upstream.url + "/v1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
@@ -64,8 +79,9 @@ def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream:
         ready, _, _ = select.select([script.stdout], [], [], 240)
         line = script.stdout.readline().decode() if ready else ""
         assert "LiteLLM proxy ready" in line, "the proxy did not start within 240 s"
-        started = _descendants(script.pid) | (_pids(b"postgres") - postgres_before)
-        assert started
+        postgres = _postgres_of(script.pid)
+        started = _descendants(script.pid) | postgres
+        assert postgres, "the script's Postgres was not found"
         script.send_signal(signum)
         assert script.wait(timeout=90) == 0
         deadline = time.monotonic() + 30

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from pathlib import Path
 from types import TracebackType
 
 import uvicorn
@@ -36,7 +37,9 @@ def _is_loopback(host: str) -> bool:
 class EndpointServer:
     """`async with EndpointServer(app) as server:` serves `app` at `server.url` until the block ends."""
 
-    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False) -> None:
+    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False,
+                 unix_socket: Path | None = None) -> None:
+        """`unix_socket`: also serve there (a sandboxed run reaches the endpoint only through it)."""
         if not allow_remote and not _is_loopback(host):
             raise SettingsError(f"the endpoint binds only to loopback, not {host}: asking for another address "
                                 "needs an explicit choice (serve --host)")
@@ -44,6 +47,11 @@ class EndpointServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
+        self._sockets = [self._socket]
+        if unix_socket is not None:
+            local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            local.bind(str(unix_socket))
+            self._sockets.append(local)
         config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=_GRACE_S, timeout_keep_alive=_KEEP_ALIVE_S)
         config.load()
@@ -55,7 +63,7 @@ class EndpointServer:
         return f"http://{self.host}:{self.port}"
 
     async def __aenter__(self) -> EndpointServer:
-        await self._server.startup(sockets=[self._socket])
+        await self._server.startup(sockets=self._sockets)
         return self
 
     async def __aexit__(
@@ -64,7 +72,7 @@ class EndpointServer:
         state = self._server.server_state
         if state.connections or state.tasks:  # someone is still connected: uvicorn's graceful shutdown
             requests = set(state.tasks)
-            await self._server.shutdown(sockets=[self._socket])
+            await self._server.shutdown(sockets=self._sockets)
             # uvicorn cancels what outlived the grace period without waiting for it; wait, so
             # that every request's record is made before the run's result is assembled.
             if requests:
@@ -74,5 +82,6 @@ class EndpointServer:
                 server.close()
             for server in self._server.servers:
                 await server.wait_closed()
-        self._socket.close()
+        for listening in self._sockets:
+            listening.close()
         await asyncio.sleep(0)  # a stream's record is made just after its last byte (call_soon)

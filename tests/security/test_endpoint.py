@@ -4,6 +4,7 @@ endpoint) and changes nothing."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture
 def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db")
+    # The attacker's script runs on the tests' Python, which lives in a HOME the sandbox hides.
+    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db",
+                    sandbox_allow_read=(sys.base_prefix,))
 
 
 def hostile_body(evil: str) -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,9 @@ CALLERS = {
 
 @pytest.fixture
 def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db")
+    # The attacker's script runs on the tests' Python, which lives in a HOME the sandbox hides.
+    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db",
+                    sandbox_allow_read=(sys.base_prefix,))
 
 
 def test_the_agents_environment_holds_nothing_of_the_callers_but_what_was_passed_on_purpose(

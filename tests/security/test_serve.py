@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from scripted_upstream import Reply, ScriptedUpstream, usage
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.security.agent import attack, outcome
 from tests.test_serve_e2e import env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hi"}]
+READ_PYTHON = ("--sandbox-allow-read", sys.base_prefix)  # the attacker's script runs on the tests' Python
 
 
 def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint(
@@ -36,7 +38,7 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
             "input_cost_per_token": -1, "metadata": {"ticket": "ENG-1"}, "api_base": "http://127.0.0.1:9/v1"}
     upstream.script(attack(workdir, "posts", [body, spoofed]), Reply(text="attack answer", usage=usage(1000, 10)),
                     Reply(text="Attacker done.", usage=usage(1000, 10)))
-    attacker = launch(env, workdir, "--metadata", "ticket=ENG-2", "--", "run", "--format", "json", "--title", "a", "go")
+    attacker = launch(env, workdir, "--metadata", "ticket=ENG-2", *READ_PYTHON, "--", "run", "--format", "json", "--title", "a", "go")
     assert attacker.returncode == 0, attacker.stderr
     [[status, answer]] = outcome(workdir)
     assert status == 200 and "attack answer" in answer  # it reached the server and was served
@@ -44,7 +46,7 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
     assert not {"user", "fallbacks", "timeout", "input_cost_per_token", "metadata", "api_base"} & set(forwarded)
 
     upstream.script(attack(workdir, "mint", {"metadata": {"ticket": "FREE"}}), Reply(text="done"))
-    minter = launch(env, workdir, "--", "run", "--format", "json", "--title", "a", "go")
+    minter = launch(env, workdir, *READ_PYTHON, "--", "run", "--format", "json", "--title", "a", "go")
     assert minter.returncode == 0, minter.stderr
     status, _ = outcome(workdir)
     assert status == 401  # a launch's token is not the server's admin token
@@ -57,3 +59,22 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
     assert victims == [(victim_session, 1, "ENG-1")]  # the victim's run holds only its own request
     assert sum(r[1] for r in runs if r[2] == "ENG-2") == 3  # the attack is billed to the attacker's launch
     assert not any(r[2] == "FREE" for r in runs)
+
+
+def test_a_sandboxed_launch_sees_its_own_token_only_and_not_the_servers(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,  # noqa: F811
+    workdir: Path
+) -> None:
+    upstream.script(Reply(text="first", usage=usage(10, 1)))
+    assert launch(env, workdir, "--", "run", "--format", "json", "--title", "v", "first").returncode == 0
+    launches = gateway_home / "tui" / "launches"
+    look = (f"ls {launches} > seen.txt; cat {gateway_home}/serve/token >> seen.txt 2>/dev/null; "
+            "echo end >> seen.txt")
+    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": look, "description": "look around"})],
+                          usage=usage(10, 1)), Reply(text="done", usage=usage(10, 1)))
+    second = launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "s", "look")
+    assert second.returncode == 0, second.stderr
+    seen = (workdir / "seen.txt").read_text().split()
+    assert len(list(launches.iterdir())) == 2  # on the host: both launches' tokens
+    assert len(seen) == 2 and seen[1] == "end"  # inside: one token file (its own), and no admin token
+    assert (launches / seen[0]).exists()
