@@ -53,12 +53,17 @@ elif action == "parallel":
 '''
 
 
+# The script needs only the standard library: it runs on the base interpreter, which the tests'
+# settings make readable in the sandbox (a virtualenv under /tmp would be hidden with /tmp).
+PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
+
+
 def attack(workdir: Path, action: str, *arguments: Any) -> Reply:
     """The model's turn that makes OpenCode's bash tool run the attack; its output lands in
     `attack.out` in the workdir."""
     (workdir / "attack.py").write_text(SCRIPT)
     words = " ".join(shlex.quote(json.dumps(a)) for a in arguments)
-    command = f"{shlex.quote(sys.executable)} attack.py {action} {words} > attack.out 2>&1; echo ran"
+    command = f"{shlex.quote(PYTHON)} attack.py {action} {words} > attack.out 2>&1; echo ran"
     return Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "run the repository's script"})],
                  usage=usage(1000, 50))
 

@@ -15,6 +15,7 @@ import pytest
 
 from opencode_gateway.opencode.sandbox import probe
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.security.agent import PYTHON
 
 pytestmark = pytest.mark.e2e
 PROVIDER_KEY = "sk-provider-in-the-environment-0123"
@@ -77,7 +78,7 @@ def test_the_agents_probe_finds_writes_and_reaches_only_what_its_sandbox_allows(
     (workdir / "probe.py").write_text(PROBE)
     arguments = " ".join([PROVIDER_KEY[::-1], VIRTUAL_KEY[::-1], str(home / ".secret"), str(outside), str(in_the_repo),
                           hostile_upstream.url])
-    command = (f"{sys.executable} probe.py {arguments} > probe.out 2>&1; "
+    command = (f"{PYTHON} probe.py {arguments} > probe.out 2>&1; "
                f"curl -s -m 3 {hostile_upstream.url}/models > /dev/null && echo curl-reached >> probe.out; true")
     upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "probe"})],
                           usage=usage(1000, 50)), Reply(text="done", usage=usage(1000, 50)))
