@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._litellm import owning_loop
+from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .opencode.binary import SUPPORTED
 from .opencode.config import OPENCODE_VERSION, TOOLS
@@ -494,6 +495,7 @@ class _Stopped:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    refuse_inspection()
     args = build_parser().parse_args(argv)
     _Stopped.install()
     try:

@@ -8,10 +8,12 @@ redacted and what `--env` refuses to pass.
 
 from __future__ import annotations
 
+import ctypes
 import re
+import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact"]
+__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact", "refuse_inspection"]
 
 REDACTED = "[REDACTED]"
 # A value shorter than this is not redacted when it is found only by its variable's name: a
@@ -53,6 +55,19 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
+
+
+def refuse_inspection() -> bool:
+    """Mark this process non-dumpable: a process of the same user outside any sandbox (an
+    unconfined agent's bash tool) can then read neither its /proc/<pid>/environ nor its memory,
+    nor attach a debugger. Its argv stays world-readable (hence `--api-key-file`), and root
+    (CAP_SYS_PTRACE) still reads everything: the sandbox, not this, is the guard. Children are
+    not affected, exec makes them dumpable again. Returns whether it took effect (False off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_dumpable = 4
+    return bool(libc.prctl(pr_set_dumpable, 0, 0, 0, 0) == 0)
 
 
 def _unique(values: Iterable[str]) -> tuple[str, ...]:

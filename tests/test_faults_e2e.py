@@ -18,6 +18,7 @@ from opencode_gateway import run
 from opencode_gateway.errors import BudgetExceeded, RunTimeout, UpstreamError
 from opencode_gateway.events import RequestFinished, UpstreamRetry
 from opencode_gateway.settings import Settings
+from opencode_gateway.opencode.watchdog import TAG_VARIABLE
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -167,7 +168,8 @@ _SIGNALS_AS_IN_A_TERMINAL = ("import os, signal, sys; [signal.signal(s, signal.S
                              "(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]; os.execv(sys.argv[1], sys.argv[1:])")
 
 
-def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path) -> subprocess.Popen[str]:
+def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path,
+             *options: str) -> subprocess.Popen[str]:
     """The CLI on a run whose second request streams slowly; returned once that request arrived.
     It starts with the signals handled, as from a terminal: a suite started in the background (`&`
     in a script) ignores SIGINT, one under `nohup` SIGHUP, and so would every program it starts."""
@@ -175,7 +177,7 @@ def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledge
         [sys.executable, "-c", _SIGNALS_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "run",
          "-m", "litellm_proxy/coder", "--api-base", upstream.url,
          "--api-key", "sk-v", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger),
-         "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+         *options, "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while len(upstream.requests) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -207,8 +209,22 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(entry.partition("=")[::2] for entry in entries if "=" in entry)
 
 
+def _tagged(tag: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if tag in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0"):
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+# Under bubblewrap the kernel ends the run's pid namespace when the gateway dies (die-with-parent):
+# 5 s from the kill. Unconfined, the watchdog must notice the gateway's pipe close and kill by tag.
+@pytest.mark.parametrize(("sandbox", "bound_s"), [("bwrap", 5), ("none", 30)])
 def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
-    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+    sandbox: str, bound_s: float, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger.db"
     marker = f"orphan-check-{os.getpid()}-{time.monotonic_ns()}"
@@ -216,17 +232,23 @@ def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
         Reply(tool_calls=[ToolCall("bash", {"command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
                                             "description": "start a background job"})]),
         Reply(text="slow " * 100, chunk_delay=0.5))
-    cli = _cli_run(upstream, workdir, opencode_bin, ledger)
+    cli = _cli_run(upstream, workdir, opencode_bin, ledger, "--sandbox", sandbox)
     job = _processes_with(marker)
     assert job, "the agent's background job runs"
-    private = Path(_environ(job[0])["XDG_CONFIG_HOME"]).parent
+    job_environ = _environ(job[0])
+    tag = f"{TAG_VARIABLE}={job_environ[TAG_VARIABLE]}"
+    opencode = [pid for pid in _tagged(tag) if opencode_bin.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert opencode, "OpenCode carries the run's tag too"
+    private = Path(job_environ["XDG_CONFIG_HOME"]).parent
     assert (private / "token").exists()
     cli.kill()
     cli.wait(timeout=30)
-    deadline = time.monotonic() + 30  # from the kill
-    while (_processes_with(marker) or private.exists()) and time.monotonic() < deadline:
+    killed = time.monotonic()
+    while _tagged(tag) and time.monotonic() < killed + bound_s:
+        time.sleep(0.1)
+    assert _tagged(tag) == [], f"OpenCode or a process it started outlived the gateway by {bound_s} s"
+    while private.exists() and time.monotonic() < killed + 30:
         time.sleep(0.2)
-    assert _processes_with(marker) == [], "the agent's job outlived the gateway"
     assert not private.exists(), "the token was left behind"
     report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "outcome", "--ledger",
                              str(ledger), "--format", "json"], capture_output=True, text=True, timeout=120)

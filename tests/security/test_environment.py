@@ -4,8 +4,12 @@ key an upstream echoes back is redacted in every place the run reports it."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +71,43 @@ def test_a_key_read_from_the_environment_and_echoed_by_the_upstream_is_redacted_
     rows = sqlite3.connect(settings.ledger_path).execute(
         "SELECT error FROM requests UNION ALL SELECT error FROM runs").fetchall()
     assert rows and not any(key in (row[0] or "") for row in rows)
+
+
+# Root with every capability dropped is, to the kernel, an ordinary user: what the gateway and
+# an unconfined agent's bash tool are when the gateway does not run as root.
+ORDINARY = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if os.geteuid() == 0 else []
+
+READ_ENVIRON = """
+import sys
+try:
+    print(open(f"/proc/{sys.argv[1]}/environ").read().replace(chr(0), chr(10)))
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def _read_environ(pid: int) -> str:
+    return subprocess.run([*ORDINARY, sys.executable, "-c", READ_ENVIRON, str(pid)], capture_output=True,
+                          text=True, timeout=30).stdout
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_a_same_user_process_cannot_read_the_gateways_environment(tmp_path: Path) -> None:
+    key = CALLERS["OPENAI_API_KEY"]
+    env = {**os.environ, "OPENAI_API_KEY": key, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
+    gateway = subprocess.Popen([*ORDINARY, sys.executable, "-m", "opencode_gateway", "serve", "--port", "0",
+                                "--api-base", "http://127.0.0.1:9/v1"], env=env, stderr=subprocess.PIPE, text=True)
+    bystander = subprocess.Popen([*ORDINARY, sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        state = tmp_path / "home" / "serve" / "server.json"
+        deadline = time.monotonic() + 30
+        while not state.exists():
+            assert gateway.poll() is None, gateway.communicate()[1]
+            assert time.monotonic() < deadline, "serve did not start within 30 s"
+            time.sleep(0.1)
+        assert key in _read_environ(bystander.pid)  # an ordinary process of the same user: open
+        assert _read_environ(gateway.pid).strip() == "PermissionError"  # the gateway: closed
+    finally:
+        for process in (gateway, bystander):
+            process.kill()
+            process.wait(10)
