@@ -8,7 +8,9 @@ found before OpenCode starts (bad flags or settings, no usable OpenCode, a gatew
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 4141  # of `serve`
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -511,3 +513,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("opencode-gateway: interrupted" + ("" if signum == signal.SIGINT else f" ({signum.name})"),
               file=sys.stderr)
         return 128 + signum
+
+
+def entry() -> NoReturn:
+    """The console script (and `python -m opencode_gateway`): `main()`, then exit at once.
+
+    When `main()` returns, everything it opened is closed: the ledger's rows committed, servers
+    and OpenCode stopped, output written. What the interpreter would do next is free every object,
+    and with litellm loaded that takes about a second of garbage collection (several under load),
+    which a supervisor that sent SIGTERM to `serve` waits through. So run the exit hooks the
+    standard library and litellm registered, flush, and leave without that teardown."""
+    code = main()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -63,6 +63,7 @@ from .opencode.events import Error, Event
 from .opencode.binary import find_opencode
 from .opencode.process import OpenCodeProcess, run_argv
 from .opencode.sandbox import Sandbox, resolve_sandbox
+from .opencode.sessions import session_directory
 from .opencode.skills import Skill, install_skills, load_skills, skills_dir
 from .opencode.watchdog import Watchdog
 from .ordering import CausalOrder
@@ -230,6 +231,10 @@ def _prepare(
     resumed_store = _session_store(settings, session_id) if session_id else None
     if resumed_store is not None and not resumed_store.is_dir():
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
+    started_in = session_directory(resumed_store, session_id) if resumed_store and session_id else None
+    if started_in is not None and started_in.resolve() != cwd:
+        raise SettingsError(f"session {session_id} was started in {started_in}, and OpenCode continues a session only "
+                            f"in its own folder: run it with --workdir {started_in} (workdir= in the Python API)")
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
     return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,

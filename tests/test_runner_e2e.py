@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +196,30 @@ def test_a_session_is_continued(upstream: ScriptedUpstream, workdir: Path, setti
     assert second.ok and second.session_id == first.session_id
     history = json.dumps(upstream.requests[0]["body"]["messages"])
     assert "Remember PAPAYA" in history and "The secret word is PAPAYA." in history
+
+
+def test_a_session_is_not_continued_from_another_folder(upstream: ScriptedUpstream, workdir: Path,
+                                                        settings: Settings, tmp_path: Path) -> None:
+    """OpenCode would answer it in the session's own folder and then never exit: refused before
+    OpenCode starts (exit 2 on the command line), naming the folder to run it in."""
+    upstream.script(Reply(text="The secret word is PAPAYA."))
+    first = run("Remember PAPAYA", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+                workdir=workdir, settings=settings)
+    assert first.ok and first.session_id
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    upstream.script(Reply(text="You said PAPAYA."))
+    with pytest.raises(SettingsError, match=f"was started in {workdir}.*--workdir {workdir}"):
+        run("What did I say?", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+            workdir=elsewhere, session_id=first.session_id, settings=settings)
+    cli = subprocess.run(
+        [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
+         "--session", first.session_id, "--opencode-bin", settings.opencode_bin or "", "What did I say?"],
+        cwd=elsewhere, env={**os.environ, "OPENCODE_GATEWAY_HOME": str(settings.data_dir)},
+        capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
+    assert f"--workdir {workdir}" in cli.stderr
+    assert upstream.requests == []  # nothing started
 
 
 def test_problems_before_the_start_raise(workdir: Path, settings: Settings, tmp_path: Path) -> None:

@@ -129,3 +129,37 @@ def test_launching_without_a_server_says_how_to_start_one(env: dict[str, str], w
     result = launch(env, workdir)
     assert result.returncode == 2
     assert "no opencode-gateway server is running: start one with `opencode-gateway serve`" in result.stderr
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time (user + system) a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_serve_exits_at_once_on_sigterm_after_litellm_served(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, gateway_home: Path
+) -> None:
+    """SDK mode loads litellm; freeing its objects at interpreter exit took about a second of CPU
+    (several seconds under load), which a supervisor stopping the server waits through. It closes
+    everything, then exits without that teardown. The CPU it spends from the signal to its exit
+    is what load stretches, so that is what is bounded; the wall time is checked generously."""
+    state = json.loads((gateway_home / "serve" / "server.json").read_text())
+    admin = Path(state["token_file"]).read_text().strip()
+    token = httpx.post(state["url"] + "/launches", json={"metadata": {"ticket": "ENG-9"}},
+                       headers={"authorization": f"Bearer {admin}"}, timeout=30).json()["token"]
+    upstream.script(Reply(text="hi", usage=usage(10, 2)))
+    reply = httpx.post(state["url"] + "/v1/chat/completions", timeout=120, headers={"authorization": f"Bearer {token}"},
+                       json={"model": "openai/gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    assert reply.status_code == 200 and "hi" in reply.text
+    cpu_before = _cpu_s(server.pid)
+    signalled = time.monotonic()
+    server.send_signal(signal.SIGTERM)
+    _, status, usage_at_exit = os.wait4(server.pid, 0)
+    exited = time.monotonic()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert usage_at_exit.ru_utime + usage_at_exit.ru_stime - cpu_before < 0.25  # ~0.03 s; ~0.8 s with the teardown
+    assert exited - signalled < 5
+    [(requests, stop_reason)] = sqlite3.connect(gateway_home / "ledger.db").execute(
+        "SELECT requests, stop_reason FROM runs").fetchall()
+    assert (requests, stop_reason) == (1, "done")  # closed before the exit, not lost by it
