@@ -12,7 +12,6 @@ Importing this package does not import litellm (it costs ~2.4 s); a run imports 
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -24,7 +23,6 @@ from .errors import (
     OpenCodeError,
     OpenCodeFailed,
     OpenCodeNotFound,
-    OutputInvalid,
     PreflightError,
     RunTimeout,
     SettingsError,
@@ -34,11 +32,8 @@ from .files import FileChange
 from .settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from .result import RunResult
+    from .result import OutputInvalid, RunResult
     from .runner import arun, astream, run, stream
-
-# litellm must use its bundled price map, never fetch one from the internet.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __all__ = [
     "BudgetExceeded",
@@ -69,7 +64,11 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # The run machinery pulls in starlette, uvicorn and httpx: load it on first use, so that
     # `import opencode_gateway` and the CLI's --help stay fast.
-    if name in ("RunResult", "arun", "astream", "run", "stream"):
+    if name in ("OutputInvalid", "RunResult"):
+        from . import result
+
+        return getattr(result, name)
+    if name in ("arun", "astream", "run", "stream"):
         from . import runner
 
         return getattr(runner, name)

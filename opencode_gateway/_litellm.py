@@ -15,7 +15,12 @@ __all__ = ["close_clients", "load", "owning_loop"]
 
 
 def load() -> Any:
-    """Import litellm with its bundled price map (never fetched from the internet) and quiet."""
+    """litellm, imported with its bundled price map (never fetched from the internet) and quiet.
+
+    litellm's settings are process-wide: when the host program imported it first, they are the
+    host's, and stay as it set them."""
+    if "litellm" in sys.modules:
+        return sys.modules["litellm"]
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 

@@ -22,9 +22,9 @@ from typing import Any, TextIO
 
 from .accounting.ledger import finished_values
 from .accounting.report import render_table
-from .errors import GatewayError, OutputInvalid, SettingsError
+from .errors import GatewayError, SettingsError
 from .events import Done, Event, RequestFinished
-from .result import RunResult
+from .result import OutputInvalid, RunResult
 from .runner import astream, check
 from .settings import Settings, beside
 

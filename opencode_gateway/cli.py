@@ -25,7 +25,7 @@ from .opencode.config import OPENCODE_VERSION, TOOLS
 from .settings import PERMISSION_MODES, Settings, load_settings
 
 if TYPE_CHECKING:
-    from .serve import ServerState
+    from .launch import ServerState
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -128,8 +128,8 @@ def _summary(result: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .errors import OutputInvalid
     from .events import Done
+    from .result import OutputInvalid
     from .runner import run, stream
 
     settings = _settings(args)
@@ -197,7 +197,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from .gateway.reconcile import reconcile, render
+    from .litellm_gateway.reconcile import reconcile, render
 
     base, key = args.api_base or settings.gateway_api_base, args.api_key or settings.gateway_api_key
     if not base or not key:
@@ -243,8 +243,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _launch_env(args: argparse.Namespace) -> tuple[Settings, ServerState, dict[str, str]]:
-    from .launch import launch_env
-    from .serve import ServerState
+    from .launch import ServerState, launch_env
 
     settings = _settings(args)
     server = ServerState.read(settings.data_dir)

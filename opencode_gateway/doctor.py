@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import GatewayError, PreflightError
-from .settings import GATEWAY_PREFIX, Settings
+from .litellm_gateway.protocol import GATEWAY_PREFIX
+from .settings import Settings
 
 __all__ = ["Check", "diagnose"]
 
@@ -82,8 +83,8 @@ def _ledger(settings: Settings) -> Check:
 def _gateway(settings: Settings) -> list[Check]:
     import asyncio
 
-    from .gateway.preflight import check_gateway
-    from .gateway.upstream import gateway_base
+    from .litellm_gateway.preflight import check_gateway
+    from .litellm_gateway.protocol import gateway_base
 
     base = settings.gateway_api_base
     if not base:

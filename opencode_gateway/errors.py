@@ -5,11 +5,6 @@ Every message says what was wrong and what to do about it; the CLI prints it as 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .result import RunResult
-
 __all__ = [
     "BudgetExceeded",
     "CapabilityUnsupported",
@@ -19,11 +14,11 @@ __all__ = [
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
-    "OutputInvalid",
     "PreflightError",
     "RunTimeout",
     "SettingsError",
     "UpstreamError",
+    "one_line",
 ]
 
 
@@ -106,14 +101,7 @@ class RunTimeout(GatewayError):
     """The run exceeded its wall-clock limit and OpenCode was killed."""
 
 
-class OutputInvalid(GatewayError):
-    """The run finished, but its final answer holds no JSON object matching the requested output
-    schema. `raw_text` is the answer; `result` is the run's RunResult (its usage, cost, events)."""
-
-    def __init__(self, message: str, *, raw_text: str, result: RunResult) -> None:
-        super().__init__(message)
-        self.raw_text = raw_text
-        self.result = result
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "raw_text": self.raw_text}
+def one_line(text: str, limit: int = 300) -> str:
+    """An error text (a provider's message, a web server's HTML page) as one line of at most `limit`."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"

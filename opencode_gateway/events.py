@@ -12,7 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .opencode.events import Error, Event, Reasoning, StepFinish, StepStart, Text, ToolCall, ToolResult
+from .opencode.events import (
+    Error,
+    Event,
+    Reasoning,
+    StepFinish,
+    StepStart,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 
 if TYPE_CHECKING:
     from .result import RunResult

@@ -12,7 +12,7 @@ from .errors import GatewayError
 from .files import FileChange
 from .opencode.events import Event, StepStart, Text
 
-__all__ = ["RunResult", "final_text"]
+__all__ = ["OutputInvalid", "RunResult", "final_text"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,16 @@ def final_text(events: Sequence[Event]) -> str:
         elif isinstance(event, Text):
             steps[-1].append(event.text)
     return next(("".join(texts) for texts in reversed(steps) if texts), "")
+
+
+class OutputInvalid(GatewayError):
+    """The run finished, but its final answer holds no JSON object matching the requested output
+    schema. `raw_text` is the answer; `result` is the run's RunResult (its usage, cost, events)."""
+
+    def __init__(self, message: str, *, raw_text: str, result: RunResult) -> None:
+        super().__init__(message)
+        self.raw_text = raw_text
+        self.result = result
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "raw_text": self.raw_text}

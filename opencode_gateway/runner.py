@@ -29,38 +29,31 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from . import _litellm
+from .accounting.account import RunAccount
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
-from .accounting.account import RunAccount
 from .accounting.records import RequestRecord, totals
+from .endpoint.app import Endpoint, Target, create_app
+from .endpoint.server import EndpointServer
+from .endpoint.tagging import Tagging
+from .endpoint.upstream import opencode_retries, upstream_for
 from .errors import (
     BudgetExceeded,
     CapabilityUnsupported,
     GatewayError,
     OpenCodeError,
     OpenCodeFailed,
-    OutputInvalid,
     RunTimeout,
     SettingsError,
     UpstreamError,
 )
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
 from .files import FileChange, Snapshot, Unlisted
-from .gateway.app import Endpoint, Target, create_app
-from .gateway.preflight import check_gateway
-from .gateway.server import EndpointServer
-from .gateway.tagging import Tagging
-from .gateway.upstream import (
-    ProxyUpstream,
-    SdkUpstream,
-    Upstream,
-    gateway_base,
-    is_budget_error,
-    opencode_retries,
-)
+from .litellm_gateway.preflight import check_gateway
+from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, is_budget_error
 from .opencode import config as oc_config
-from .opencode.events import Error, Event
 from .opencode.binary import find_opencode
+from .opencode.events import Error, Event
 from .opencode.process import OpenCodeProcess, run_argv
 from .opencode.sandbox import Sandbox, resolve_sandbox
 from .opencode.sessions import session_directory
@@ -68,10 +61,10 @@ from .opencode.skills import Skill, install_skills, load_skills, skills_dir
 from .opencode.watchdog import Watchdog
 from .ordering import CausalOrder
 from .output import OutputSpec
-from .result import RunResult, final_text
-from .settings import GATEWAY_PREFIX, Settings
+from .result import OutputInvalid, RunResult, final_text
+from .settings import Settings
 
-__all__ = ["RunResult", "arun", "astream", "check", "run", "stream", "upstream_for"]
+__all__ = ["RunResult", "arun", "astream", "check", "run", "stream"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # How long a request waits for OpenCode's events it follows from (they are normally read within
@@ -83,14 +76,6 @@ T = TypeVar("T")
 
 def _group(settings: Settings) -> str:
     return (settings.model or "")[len(GATEWAY_PREFIX):]
-
-
-def upstream_for(settings: Settings, model: str) -> Upstream:
-    """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    if model.startswith(GATEWAY_PREFIX):
-        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
-                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
-    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout)
 
 
 def _session_store(settings: Settings, session_id: str) -> Path:

@@ -12,7 +12,6 @@ it. A session id is scoped to its launch's token: one launch can never add to an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -21,133 +20,35 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .accounting.account import RunAccount, Totals
-from .accounting.budget import Budget
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
+from .endpoint.app import (
+    BadRequest,
+    Endpoint,
+    Target,
+    bearer,
+    create_app,
+    error_response,
+)
+from .endpoint.server import EndpointServer
+from .endpoint.tagging import Tagging
+from .endpoint.upstream import Upstream, upstream_for
 from .errors import SettingsError
-from .gateway.app import BadRequest, Endpoint, Target, bearer, create_app, error_response
-from .gateway.server import EndpointServer
-from .gateway.tagging import Tagging
-from .gateway.upstream import Upstream
-from .runner import upstream_for
-from .settings import GATEWAY_PREFIX, Settings, check_attribution
+from .launch import Launch, ServerState, server_socket, server_token
+from .litellm_gateway.protocol import GATEWAY_PREFIX
+from .settings import Settings
 
-__all__ = ["Launch", "ServerState", "SessionRouter", "mint_launch", "serve", "server_app", "server_socket",
-           "server_token"]
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What one launch of OpenCode adds to its requests: attribution, and a budget per session."""
-
-    metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    tags: tuple[str, ...] = ()
-    workdir: str | None = None
-    budget: Budget = Budget()
-    launch_id: str = field(default_factory=lambda: "launch_" + uuid.uuid4().hex[:12])
-
-    def to_request(self) -> dict[str, Any]:
-        budget = {k: v for k, v in (("max_cost", self.budget.max_cost), ("max_requests", self.budget.max_requests),
-                                    ("max_tokens", self.budget.max_tokens)) if v is not None}
-        return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget}
-
-    @classmethod
-    def from_request(cls, data: Any, tag_metadata_keys: tuple[str, ...]) -> Launch:
-        """A launch as a launcher asked for it, checked as the command line checks its flags."""
-        if not isinstance(data, dict) or set(data) - {"metadata", "tags", "workdir", "budget"}:
-            raise SettingsError("a launch is {metadata, tags, workdir, budget}")
-        metadata, tags, workdir = data.get("metadata") or {}, data.get("tags") or [], data.get("workdir")
-        if not isinstance(metadata, dict) or not isinstance(tags, list) or not isinstance(workdir, (str, type(None))):
-            raise SettingsError("a launch's metadata is an object, its tags a list, its workdir a path")
-        check_attribution(tags, metadata, tag_metadata_keys)
-        budget = Budget.from_setting("budget", data.get("budget") or {})
-        return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget)
-
-
-def _paths(data_dir: Path) -> tuple[Path, Path]:
-    folder = data_dir / "serve"
-    return folder / "token", folder / "server.json"
-
-
-def server_socket(data_dir: Path) -> Path:
-    """Where the server also listens for sandboxed launches: a folder holding nothing else, so
-    binding it into a sandbox shows no other file of the server's."""
-    folder = data_dir / "serve-socket"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return folder / "endpoint.sock"
-
-
-def server_token(data_dir: Path) -> Path:
-    """The server's stable token file: made once (0600), the same for every start."""
-    token_file, _ = _paths(data_dir)
-    token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(uuid.uuid4().hex + uuid.uuid4().hex)
-    token_file.chmod(0o600)
-    return token_file
-
-
-@dataclass(frozen=True)
-class ServerState:
-    """Where a running server is, as its state file says."""
-
-    url: str
-    pid: int
-    token_file: str
-
-    def write(self, data_dir: Path) -> None:
-        _, state_file = _paths(data_dir)
-        state_file.write_text(json.dumps({"url": self.url, "pid": self.pid, "token_file": self.token_file}))
-
-    @classmethod
-    def read(cls, data_dir: Path) -> ServerState:
-        """The running server's state; SettingsError says how to start one when none answers."""
-        _, state_file = _paths(data_dir)
-        hint = f"start one with `opencode-gateway serve` (it keeps its state in {state_file.parent})"
-        try:
-            data = json.loads(state_file.read_text())
-            state = cls(str(data["url"]), int(data["pid"]), str(data["token_file"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            raise SettingsError(f"no opencode-gateway server is running: {hint}") from None
-        try:
-            healthy = httpx.get(state.url + "/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
-        if not healthy:
-            raise SettingsError(f"the opencode-gateway server at {state.url} does not answer: {hint}")
-        return state
-
-
-def mint_launch(server: ServerState, launch: Launch) -> str:
-    """Ask the running server for `launch`'s own token (the launcher's side of `POST /launches`)."""
-    admin = Path(server.token_file).read_text().strip()
-    try:
-        response = httpx.post(server.url + "/launches", json=launch.to_request(),
-                              headers={"authorization": f"Bearer {admin}"}, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise SettingsError(f"the opencode-gateway server at {server.url} does not answer ({exc})") from None
-    if response.status_code != 200:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {response.status_code}"
-        raise SettingsError(f"the opencode-gateway server refused the launch: {message}")
-    return str(response.json()["token"])
+__all__ = ["SessionRouter", "serve", "server_app"]
 
 
 class _SessionRun:
@@ -317,7 +218,6 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
     loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
-    state_file = _paths(settings.data_dir)[1]
     try:
         async with listening:
             ServerState(listening.url, os.getpid(), str(token_file)).write(settings.data_dir)
@@ -327,7 +227,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
     finally:
         for signum in _STOP_SIGNALS:
             loop.remove_signal_handler(signum)
-        state_file.unlink(missing_ok=True)
+        ServerState.clear(settings.data_dir)
         socket_path.unlink(missing_ok=True)
         router.close()
         for upstream in router.upstreams.values():

@@ -21,6 +21,7 @@ from .accounting.budget import Budget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
+from .litellm_gateway.protocol import GATEWAY_PREFIX
 
 __all__ = ["PERMISSION_MODES", "Settings", "beside", "check_attribution", "check_permissions", "default_data_dir",
            "load_settings", "load_yaml"]
@@ -28,7 +29,6 @@ __all__ = ["PERMISSION_MODES", "Settings", "beside", "check_attribution", "check
 PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
 FILE_PREFIX = "file:"
-GATEWAY_PREFIX = "litellm_proxy/"
 
 
 def check_permissions(mode: str) -> None:

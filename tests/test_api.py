@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 import opencode_gateway
-from opencode_gateway import CapabilityUnsupported, SettingsError, arun, astream, run, stream
+from opencode_gateway import (
+    CapabilityUnsupported,
+    SettingsError,
+    arun,
+    astream,
+    run,
+    stream,
+)
 from opencode_gateway.settings import Settings
 
 

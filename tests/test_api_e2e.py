@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pydantic
 import pytest
+from scripted_upstream import Reply, ScriptedUpstream
+from scripted_upstream import ToolCall as Call
 
 from opencode_gateway import OutputInvalid, astream, run, stream
 from opencode_gateway.events import (
@@ -26,8 +28,6 @@ from opencode_gateway.events import (
     ToolResult,
 )
 from opencode_gateway.settings import Settings
-from scripted_upstream import Reply, ScriptedUpstream
-from scripted_upstream import ToolCall as Call
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.records import RunUsage
-from opencode_gateway.batch import Batch, Outcome, Progress, Task, _fresh_workdir, load_tasks, summary
+from opencode_gateway.batch import (
+    Batch,
+    Outcome,
+    Progress,
+    Task,
+    _fresh_workdir,
+    load_tasks,
+    summary,
+)
 from opencode_gateway.errors import SettingsError, UpstreamError
 from opencode_gateway.events import RequestFinished
 from opencode_gateway.result import RunResult

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 CLI = [sys.executable, "-m", "opencode_gateway"]

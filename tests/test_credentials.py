@@ -5,7 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opencode_gateway.credentials import gateway_keys, held_secrets, is_credential, redact
+from opencode_gateway.credentials import (
+    gateway_keys,
+    held_secrets,
+    is_credential,
+    redact,
+)
 
 ENVIRON = {
     "OPENAI_API_KEY": "sk-openai-0123456789",

@@ -12,22 +12,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-
 from litellm_proxy import LiteLLMProxy
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
 from opencode_gateway import arun, run, stream
 from opencode_gateway.accounting.account import RunAccount
-from opencode_gateway.errors import BudgetExceeded, UpstreamError
+from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.server import EndpointServer
+from opencode_gateway.endpoint.tagging import Tagging
+from opencode_gateway.endpoint.upstream import ProxyUpstream
+from opencode_gateway.errors import BudgetExceeded
 from opencode_gateway.events import Done
-from opencode_gateway.gateway.app import Endpoint, Target, create_app
-from opencode_gateway.gateway.server import EndpointServer
-from opencode_gateway.gateway.tagging import Tagging
-from opencode_gateway.gateway.upstream import ProxyUpstream
 from opencode_gateway.settings import Settings
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.gateway_proxy import new_key, spend_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]

@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from opencode_gateway.opencode.events import StepFinish, StepStart, Text, ToolCall, ToolResult
+from opencode_gateway.opencode.events import (
+    StepFinish,
+    StepStart,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from opencode_gateway.ordering import CausalOrder
 
 MAIN, CHILD = "ses_main", "ses_child"

@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import _litellm, run
-from opencode_gateway.errors import OpenCodeNotFound, RunTimeout, SettingsError, UpstreamError
+from opencode_gateway.errors import (
+    OpenCodeNotFound,
+    RunTimeout,
+    SettingsError,
+    UpstreamError,
+)
 from opencode_gateway.opencode.events import ToolCall as ToolCallEvent
 from opencode_gateway.opencode.events import ToolResult
 from opencode_gateway.settings import Settings
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from scripted_upstream import ScriptedUpstream
 
 from .conftest import ROOT

@@ -13,10 +13,11 @@ import httpx
 import pytest
 import respx
 
+from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.accounting.budget import Budget
-from opencode_gateway.serve import Launch, ServerState, server_app, server_token
+from opencode_gateway.launch import Launch, ServerState, server_token
+from opencode_gateway.serve import server_app
 from opencode_gateway.settings import Settings
 
 pytestmark = pytest.mark.anyio

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import _litellm
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]

@@ -9,7 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opencode_gateway.accounting.account import DEFAULT_OUTPUT_RESERVE, RunAccount, reservation_usage
+from opencode_gateway.accounting.account import (
+    DEFAULT_OUTPUT_RESERVE,
+    RunAccount,
+    reservation_usage,
+)
 from opencode_gateway.accounting.budget import Budget, Spent
 from opencode_gateway.accounting.pricing import Cost, Price, Pricer
 from opencode_gateway.accounting.records import RequestRecord, totals

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import _MIGRATIONS, SCHEMA_VERSION, Ledger, connect
+from opencode_gateway.accounting.ledger import (
+    _MIGRATIONS,
+    SCHEMA_VERSION,
+    Ledger,
+    connect,
+)
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage

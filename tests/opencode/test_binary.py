@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.errors import OpenCodeNotFound, SettingsError
-from opencode_gateway.opencode.binary import find_opencode, install_opencode, pinned_binary, supported
+from opencode_gateway.opencode.binary import (
+    find_opencode,
+    install_opencode,
+    pinned_binary,
+    supported,
+)
 
 
 @pytest.fixture(autouse=True)

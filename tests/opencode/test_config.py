@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.errors import ConfigConflict, SettingsError
-from opencode_gateway.opencode.config import build_config, build_env, permission_rules, seed_config_dir
+from opencode_gateway.opencode.config import (
+    build_config,
+    build_env,
+    permission_rules,
+    seed_config_dir,
+)
 
 BASE = {"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:5555/v1", "api_key_ref": "{file:/p/token}"}
 

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from litellm_proxy import LiteLLMProxy
+from scripted_upstream import Reply, ScriptedUpstream, usage
+
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from scripted_upstream import Reply, ScriptedUpstream, usage
 from tests.gateway_proxy import new_key, spend_rows
 from tests.security.agent import attack, outcome
 

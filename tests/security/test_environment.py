@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway import run, stream
 from opencode_gateway.events import Done
 from opencode_gateway.settings import Settings
-from scripted_upstream import Reply, ScriptedUpstream, usage
 from tests.security.agent import attack, outcome
 
 pytestmark = pytest.mark.e2e

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway.opencode.sandbox import probe
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.security.agent import PYTHON
 
 pytestmark = pytest.mark.e2e

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
 from tests.security.agent import attack, outcome
 from tests.test_serve_e2e import env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
 

@@ -13,9 +13,9 @@ import respx
 
 from opencode_gateway.accounting.account import RunAccount
 from opencode_gateway.accounting.records import RequestRecord
-from opencode_gateway.gateway.app import Endpoint, Target, create_app
-from opencode_gateway.gateway.tagging import Tagging
-from opencode_gateway.gateway.upstream import ProxyUpstream
+from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.tagging import Tagging
+from opencode_gateway.endpoint.upstream import ProxyUpstream
 
 pytestmark = pytest.mark.anyio
 

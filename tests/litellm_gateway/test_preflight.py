@@ -7,7 +7,7 @@ import pytest
 import respx
 
 from opencode_gateway.errors import BudgetExceeded, PreflightError, SettingsError
-from opencode_gateway.gateway.preflight import check_gateway
+from opencode_gateway.litellm_gateway.preflight import check_gateway
 
 pytestmark = pytest.mark.anyio
 GATEWAY = "http://gateway.test"

@@ -20,7 +20,7 @@ import httpx
 from ..accounting.ledger import connect
 from ..accounting.report import parse_time
 from ..errors import GatewayError, SettingsError
-from .upstream import gateway_base
+from .protocol import gateway_base
 
 __all__ = ["TOLERANCE_USD", "Line", "reconcile", "render"]
 

@@ -15,10 +15,13 @@ from typing import Any, Protocol
 import httpx
 
 from .. import _litellm
+from ..errors import one_line
+from ..litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
+from ..settings import Settings
 from .tagging import Tagging
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body", "gateway_base",
-           "is_budget_error", "one_line", "opencode_retries"]
+__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body",
+           "opencode_retries", "upstream_for"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
@@ -29,20 +32,9 @@ class StreamStalled(Exception):
     """No chunk came for longer than the idle timeout."""
 
 
-def gateway_base(api_base: str) -> str:
-    """A gateway URL as users write it (with or without /v1, a trailing slash), without /v1."""
-    base = api_base.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
 def opencode_retries(status_code: int) -> bool:
     """Whether OpenCode retries this status by itself (6 attempts over ~70 s for a 500)."""
     return status_code in (408, 409, 429) or status_code >= 500
-
-
-def is_budget_error(body: bytes) -> bool:
-    """A gateway's spent budget (key, team, user or tag): no retry can succeed."""
-    return b"budget" in body.lower()
 
 
 def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
@@ -249,12 +241,6 @@ def _unreachable(exc: BaseException) -> str | None:
     return None
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    """An error text (a provider's message, a web server's HTML page) as one line of at most `limit`."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
 def _status(exc: BaseException) -> int:
     status = getattr(exc, "status_code", None)
     return status if isinstance(status, int) and 400 <= status <= 599 else 500
@@ -284,3 +270,11 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
         yield b"data: " + error_body(_message(exc), status_code=status) + b"\n\n"
         return
     yield b"data: [DONE]\n\n"
+
+
+def upstream_for(settings: Settings, model: str) -> Upstream:
+    """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
+    if model.startswith(GATEWAY_PREFIX):
+        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
+                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
+    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout)

@@ -10,19 +10,19 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway.accounting.account import RunAccount
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
+from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.server import EndpointServer
+from opencode_gateway.endpoint.tagging import Tagging
+from opencode_gateway.endpoint.upstream import ProxyUpstream
 from opencode_gateway.errors import ConfigConflict, SettingsError
-from opencode_gateway.gateway.app import Endpoint, Target, create_app
-from opencode_gateway.gateway.server import EndpointServer
-from opencode_gateway.gateway.tagging import Tagging
-from opencode_gateway.gateway.upstream import ProxyUpstream
 from opencode_gateway.opencode.config import build_config
-from scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.anyio
 TOKEN = "t"
@@ -128,7 +128,7 @@ async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price
     """SDK mode, the real litellm: fallbacks to another server, a tiny timeout and negative prices
     in the body change nothing; the hostile server never hears from us."""
     from opencode_gateway.accounting.pricing import Pricer
-    from opencode_gateway.gateway.upstream import SdkUpstream
+    from opencode_gateway.endpoint.upstream import SdkUpstream
 
     upstream.script(Reply(text="priced as usual", usage=usage(1000, 50)))
     records: list[RequestRecord] = []

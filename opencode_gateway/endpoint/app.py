@@ -31,8 +31,15 @@ from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
+from ..litellm_gateway.protocol import is_budget_error
 from .tagging import Tagging, clean_body, forwarded_headers
-from .upstream import StreamStalled, Upstream, UpstreamReply, error_body, is_budget_error, opencode_retries
+from .upstream import (
+    StreamStalled,
+    Upstream,
+    UpstreamReply,
+    error_body,
+    opencode_retries,
+)
 
 __all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response"]
 

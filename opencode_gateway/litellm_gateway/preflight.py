@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import BudgetExceeded, PreflightError
-from .upstream import is_budget_error, one_line
+from ..errors import BudgetExceeded, PreflightError, one_line
+from .protocol import is_budget_error
 
 __all__ = ["check_gateway"]
 

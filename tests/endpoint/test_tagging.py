@@ -7,7 +7,12 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opencode_gateway.gateway.tagging import FORWARDED_FIELDS, Tagging, clean_body, forwarded_headers
+from opencode_gateway.endpoint.tagging import (
+    FORWARDED_FIELDS,
+    Tagging,
+    clean_body,
+    forwarded_headers,
+)
 
 NAMES = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=30)
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20))
