@@ -24,6 +24,7 @@ from .accounting.ledger import finished_values
 from .accounting.report import render_table
 from .errors import GatewayError, SettingsError
 from .events import Done, Event, RequestFinished
+from .options import task_kinds
 from .result import OutputInvalid, RunResult
 from .runner import astream, check
 from .settings import Settings, beside
@@ -35,11 +36,7 @@ _ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: n
 # batch made it: a folder is removed for a rerun only then.
 _MARKER = ".{}.made-by-opencode-gateway"
 # A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
-_OPTIONS: Mapping[str, tuple[type, ...]] = {
-    "model": (str,), "metadata": (dict,), "tags": (list,), "workdir": (str,), "permissions": (str,),
-    "disable_tools": (list,), "agent": (str,), "instructions": (str,), "skills": (list,), "output": (dict,),
-    "timeout": (int, float), "max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,),
-}
+_OPTIONS = task_kinds()  # what a task may set, and the JSON types each is written as
 BATCH_KEYS = ("batch_id", "task_id")  # metadata the batch sets on every run
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -22,7 +23,7 @@ from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .opencode.binary import SUPPORTED
 from .opencode.config import OPENCODE_VERSION, TOOLS
-from .settings import PERMISSION_MODES, Settings, load_settings
+from .settings import PERMISSION_MODES, RunSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from .launch import ServerState
@@ -77,44 +78,40 @@ def _output_schema(path: str | None) -> dict[str, Any] | None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """The settings file (--config) with the flags over it. A flag sets the setting of the same
+    name (its argparse dest); a repeatable one adds to the file's list, or, for --metadata, to its
+    mapping; a file flag is read here."""
     base = load_settings(args.config)
-    instructions = getattr(args, "instructions", None)
-    return base.replace(
-        model=getattr(args, "model", None),
-        api_base=getattr(args, "api_base", None),
-        api_key=_api_key(args),
-        permissions=getattr(args, "permissions", None),
-        disable_tools=(*base.disable_tools, *args.disable_tool) if getattr(args, "disable_tool", None) else None,
-        tags=(*base.tags, *args.tag) if getattr(args, "tag", None) else None,
-        metadata={**base.metadata, **_metadata(args.metadata)} if getattr(args, "metadata", None) else None,
-        agent=getattr(args, "agent", None),
-        instructions=_read(instructions, "instructions") if instructions else None,
-        skills=(*base.skills, *args.skill) if getattr(args, "skill", None) else None,
-        env=(*base.env, *args.env) if getattr(args, "env", None) else None,
-        sandbox=getattr(args, "sandbox", None),
-        sandbox_network=getattr(args, "sandbox_network", None),
-        sandbox_allow_write=(*base.sandbox_allow_write, *map(_absolute, args.sandbox_allow_write))
-        if getattr(args, "sandbox_allow_write", None) else None,
-        sandbox_allow_read=(*base.sandbox_allow_read, *map(_absolute, args.sandbox_allow_read))
-        if getattr(args, "sandbox_allow_read", None) else None,
-        timeout=getattr(args, "timeout", None),
-        opencode_bin=getattr(args, "opencode_bin", None),
-        ledger=Path(args.ledger) if getattr(args, "ledger", None) else None,
-        max_cost=getattr(args, "max_cost", None),
-        max_requests=getattr(args, "max_requests", None),
-        max_tokens=getattr(args, "max_tokens", None),
-    )
+    key = _api_key(args)  # --api-key, or --api-key-file read
+    changes: dict[str, Any] = {} if key is None else {"api_key": key}
+    for setting in dataclasses.fields(Settings):
+        given = getattr(args, setting.name, None)
+        if setting.name in changes or given is None or given == []:
+            continue
+        if setting.name in _FROM_FILE:
+            changes[setting.name] = _FROM_FILE[setting.name](given)
+        elif setting.name == "metadata":
+            changes["metadata"] = {**base.metadata, **_metadata(given)}
+        elif isinstance(given, list):
+            changes[setting.name] = (*getattr(base, setting.name), *map(_PATHS.get(setting.name, str), given))
+        else:
+            changes[setting.name] = Path(given) if setting.name == "ledger" else given
+    return base.replace(**changes)
 
 
 def _absolute(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
+_FROM_FILE: dict[str, Callable[[str], Any]] = {"instructions": lambda path: _read(path, "instructions")}
+_PATHS = {"sandbox_allow_write": _absolute, "sandbox_allow_read": _absolute}  # resolved where the flag was given
+
+
 def _print_json(data: Any, stream: Any = None) -> None:
     print(json.dumps(data, ensure_ascii=False), file=stream or sys.stdout, flush=True)
 
 
-def _summary(result: Any) -> str:
+def _result_line(result: Any) -> str:
     usage = result.usage
     cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
     parts = [
@@ -158,7 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(result.text)
         if result.error is not None:
             print(f"opencode-gateway: error: {result.error}", file=sys.stderr)
-        print(_summary(result), file=sys.stderr)
+        print(_result_line(result), file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -181,7 +178,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config).replace(ledger=Path(args.ledger) if args.ledger else None)
+    settings = _settings(args)
     if args.reconcile:
         return _reconcile(args, settings)
     from .accounting.report import build_report
@@ -210,10 +207,7 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose
 
-    settings = load_settings(args.config).replace(
-        model=args.model, api_base=args.api_base, api_key=_api_key(args), opencode_bin=args.opencode_bin,
-        ledger=Path(args.ledger) if args.ledger else None, sandbox=args.sandbox)
-    checks = diagnose(settings)
+    checks = diagnose(_settings(args))
     if args.json:
         _print_json([check.to_dict() for check in checks])
     else:
@@ -242,10 +236,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_env(args: argparse.Namespace) -> tuple[Settings, ServerState, dict[str, str]]:
+def _launch_env(args: argparse.Namespace) -> tuple[RunSettings, ServerState, dict[str, str]]:
     from .launch import ServerState, launch_env
 
-    settings = _settings(args)
+    settings = _settings(args).validated()
     server = ServerState.read(settings.data_dir)
     return settings, server, launch_env(settings, server, workdir=Path.cwd())
 
@@ -343,7 +337,7 @@ def _opencode_bin_flag(parser: argparse.ArgumentParser) -> None:
 
 def _attribution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="spend-log metadata")
-    parser.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra spend tag")
+    parser.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG", help="extra spend tag")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -351,24 +345,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     parser.add_argument("--permissions", metavar="MODE",
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: full)")
-    parser.add_argument("--disable-tool", action="append", default=[], metavar="NAME",
+    parser.add_argument("--disable-tool", dest="disable_tools", action="append", default=[], metavar="NAME",
                         help=f"turn a tool off: {', '.join(TOOLS)}")
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="pass the variable NAME to OpenCode (its environment is otherwise only PATH, LANG, "
                         "LC_*, TZ, TERM and the like); repeatable; never a key the gateway uses")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     run = commands.add_parser("run", help="run OpenCode once on a prompt")
     _common(run)
     _upstream_flags(run)
     _attribution(run)
     run.add_argument("--agent", help="OpenCode agent (default: build)")
     run.add_argument("--instructions", metavar="FILE", help="extra system instructions for the run, from a file")
-    run.add_argument("--skill", action="append", default=[], metavar="DIR",
+    run.add_argument("--skill", dest="skills", action="append", default=[], metavar="DIR",
                      help="a skill folder (with a SKILL.md) the run may use; repeatable")
     run.add_argument("--output-schema", metavar="FILE",
                      help="a JSON schema file: the answer must end with a JSON object matching it (printed alone)")
@@ -383,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt", nargs="+", help="the task; - reads it from stdin")
     run.set_defaults(handler=_cmd_run)
 
+
+def _batch_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     batch = commands.add_parser("batch", help="run many tasks from a JSONL file, N at a time, with progress")
     batch.add_argument("tasks", metavar="TASKS.jsonl", help="one task a line: {\"id\", \"prompt\", optional "
                        "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
@@ -403,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
     batch.set_defaults(handler=_cmd_batch)
 
+
+def _serve_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve = commands.add_parser("serve", help="run the endpoint as a long-lived server, for OpenCode's TUI")
     serve.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     serve.add_argument("--host", metavar="ADDR", help="address to listen on (default: 127.0.0.1; others are "
@@ -413,6 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     _ledger_flag(serve)
     serve.set_defaults(handler=_cmd_serve)
 
+
+def _launchers_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     for name, help_text, handler in (
         ("opencode", "launch OpenCode (the TUI, or any OpenCode command after --) on the running server",
          _cmd_opencode),
@@ -429,11 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="arguments for opencode (default: none, the TUI)")
         launcher.set_defaults(handler=handler)
 
+
+def _config_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     config = commands.add_parser("config", help="print the isolated opencode.json a run would use")
     _common(config)
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
 
+
+def _install_opencode_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     install = commands.add_parser("install-opencode", help="install the pinned OpenCode (npm) into the data dir; "
                                   "prints the binary's path")
     install.add_argument("--version", default=OPENCODE_VERSION, metavar="V",
@@ -441,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
     install.set_defaults(handler=_cmd_install_opencode)
 
+
+def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the ledger, "
                                  "and with -m litellm_proxy/<group> the gateway, the key and the group")
     doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
@@ -452,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     doctor.set_defaults(handler=_cmd_doctor)
 
+
+def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run, session or outcome")
     report.add_argument("--by", default="ticket", metavar="KEY",
                         help="a metadata key (default: ticket), or model, tag, day, run, session, outcome (how runs ended: done, abandoned...)")
@@ -470,6 +475,19 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--wait", type=float, default=15.0, metavar="S",
                         help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)")
     report.set_defaults(handler=_cmd_report)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _run_command(commands)
+    _batch_command(commands)
+    _serve_command(commands)
+    _launchers_command(commands)
+    _config_command(commands)
+    _install_opencode_command(commands)
+    _doctor_command(commands)
+    _report_command(commands)
     return parser
 
 

@@ -28,8 +28,9 @@ from .accounting.budget import Budget
 from .errors import SettingsError
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
-from .opencode.sandbox import Sandbox, resolve_sandbox
-from .settings import Settings, check_attribution
+from .opencode.sandbox import resolve_sandbox
+from .opencode.workspace import Workspace
+from .settings import RunSettings, Settings, check_attribution
 
 __all__ = ["Launch", "ServerState", "launch_env", "mint_launch", "run_opencode", "server_socket", "server_token",
            "shell_exports"]
@@ -141,51 +142,41 @@ def mint_launch(server: ServerState, launch: Launch) -> str:
     return str(response.json()["token"])
 
 
-def launch_env(settings: Settings, server: ServerState, *, workdir: Path,
-               inherited: Mapping[str, str] = os.environ) -> dict[str, str]:
+def _workspace(settings: Settings) -> Workspace:
+    """The launcher's workspace: kept under the data dir, so the TUI's sessions persist."""
+    private = settings.data_dir / "tui"
+    return Workspace(private, private / "data")
+
+
+def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> dict[str, str]:
     """The environment of an OpenCode launched against `server`, on `settings.model`, with a token
     the server minted for this launch's attribution and budget (written to a 0600 file)."""
-    settings = settings.validated()
-    model = settings.model or ""
-    private = settings.data_dir / "tui"
-    oc_config.make_private_dirs(private)
-    (private / "data").mkdir(mode=0o700, exist_ok=True)
+    workspace = _workspace(settings)
+    workspace.prepare()
     launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget)
-    token_file = private / "launches" / launch.launch_id
-    token_file.parent.mkdir(mode=0o700, exist_ok=True)
-    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(mint_launch(server, launch))
-    config = oc_config.build_config(
-        model=model, base_url=server.url + "/v1", api_key_ref=f"{{file:{token_file}}}",
-        permissions=settings.permissions, disable_tools=settings.disable_tools, user_config=settings.opencode_config,
-    )
-    env = oc_config.build_env(inherited, private_dir=private, data_dir=private / "data", config=config,
-                              passed=settings.passed_env())
-    env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD
-    return env
+    token_file = workspace.write_token(mint_launch(server, launch), f"launches/{launch.launch_id}")
+    config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file)
+    return workspace.environment(settings, config, workdir)
 
 
-def run_opencode(settings: Settings, server: ServerState, arguments: Sequence[str],
+def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str],
                  env: Mapping[str, str]) -> NoReturn:
     """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up), in the
     sandbox `settings.sandbox` comes to: under bwrap it reaches the server through the server's
-    unix socket, bridged to the port its config names."""
+    unix socket, bridged to the port its config names, and sees its own token file only."""
     binary = find_opencode(settings.opencode_bin, settings.data_dir)
     notes: list[str] = []
     if resolve_sandbox(settings.sandbox, notes) == "none":
         for note in notes:
             print(f"opencode-gateway: warning: {note}", file=sys.stderr)
         os.execve(binary, [binary, *arguments], dict(env))
-    private = settings.data_dir / "tui"
-    socket_path = server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None
+    workspace = _workspace(settings)
     token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
-    argv = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
-                   tuple(map(Path, settings.sandbox_allow_read))).wrap(
-        [binary, *arguments], workdir=Path(env["PWD"]), private_dir=private, data_home=private / "data",
-        port=urlsplit(server.url).port or 80, socket_path=socket_path,
-        hidden=[private / "launches"], shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
-    os.execvpe(argv[0], argv, {**env, "TMPDIR": "/tmp"})
+    argv, confined_env = workspace.confine(
+        [binary, *arguments], env, settings, workdir=Path(env["PWD"]), port=urlsplit(server.url).port or 80,
+        socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
+        hidden=[workspace.private / "launches"], shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
+    os.execvpe(argv[0], argv, confined_env)
 
 
 def shell_exports(env: Mapping[str, str], inherited: Mapping[str, str] = os.environ) -> str:

@@ -18,7 +18,6 @@ import os
 import secrets
 import signal
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -28,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .accounting.account import RunAccount, Totals
+from .accounting.run import RunAccount, Totals
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
@@ -60,20 +59,18 @@ class _SessionRun:
         settings = router.settings
         self.router = router
         self.launch = launch
-        self.run_id = "run_" + uuid.uuid4().hex
         self.session_id = session_id
         self.model = model
         self.metadata = {**settings.metadata, **launch.metadata}
-        self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
-                               session_id=self.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.account = RunAccount(launch.budget.or_else(settings.budget_for(model)), pricer=router.pricer,
-                                  keep_records=False, on_record=self.recorded)
+                                  keep_records=False, on_record=self.recorded, ledger=router.ledger)
+        self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
+                               session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
-        router.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model,
-                                mode="gateway" if model.startswith(GATEWAY_PREFIX) else "sdk",
-                                workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
-                                session_id=session_id)
+        self.account.open(model=model, mode="gateway" if model.startswith(GATEWAY_PREFIX) else "sdk",
+                          workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
+                          session_id=session_id)
 
     def target(self, model: str) -> Target:
         if model not in self.targets:
@@ -81,16 +78,12 @@ class _SessionRun:
         return self.targets[model]
 
     def recorded(self, record: RequestRecord) -> None:
-        self.router.ledger.record_request(self.run_id, record)
         self.router.recorded(record)
         self.ended_at = max(self.ended_at, record.started_at + record.duration_s)
         self.update(None)
 
     def update(self, stop_reason: str | None) -> None:
-        account = self.account
-        self.router.ledger.update_run(run_id=self.run_id, ended_at=self.ended_at, session_id=self.session_id,
-                                      stop_reason=stop_reason, error=None, usage=account.usage, cost=account.cost,
-                                      unpriced=account.unpriced)
+        self.account.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
 
 
 def _digest(token: str) -> str:
@@ -149,7 +142,7 @@ class SessionRouter:
         return {
             "since": self.started_at,
             **self.totals.summary(),
-            "sessions": [{"session_id": run.session_id, "run_id": run.run_id, "launch_id": run.launch.launch_id,
+            "sessions": [{"session_id": run.session_id, "run_id": run.account.run_id, "launch_id": run.launch.launch_id,
                           "model": run.model, "metadata": run.metadata, **run.account.totals.summary()}
                          for run in self.sessions.values()],
             "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},

@@ -11,11 +11,13 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Union
 
 from .accounting.budget import Budget
 from .accounting.pricing import Price
@@ -23,8 +25,8 @@ from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
 from .litellm_gateway.protocol import GATEWAY_PREFIX
 
-__all__ = ["PERMISSION_MODES", "Settings", "beside", "check_attribution", "check_permissions", "default_data_dir",
-           "load_settings", "load_yaml"]
+__all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
+           "default_data_dir", "json_kinds", "load_settings", "load_yaml"]
 
 PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
@@ -49,6 +51,17 @@ def default_data_dir() -> Path:
 def beside(file: Path, paths: Iterable[str]) -> list[str]:
     """Paths named in `file` (a settings or tasks file), found relative to the file's folder."""
     return [str(file.parent / Path(path).expanduser()) for path in paths]
+
+
+class _Unset:
+    """"Not given": keeps a setting as it is, where None would set it to none (as httpx's
+    USE_CLIENT_DEFAULT)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
 
 
 def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -91,6 +104,9 @@ class Settings:
     sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
+    # The environment, read once by validated(): the gateway's URL and key fall back to it, and
+    # every credential in it is a secret to redact. None until then (read when asked).
+    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
 
     @property
     def budget(self) -> Budget:
@@ -112,8 +128,9 @@ class Settings:
         return "gateway" if (self.model or "").startswith(GATEWAY_PREFIX) else "sdk"
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with the given fields changed; `None` means "not given" and keeps the current value."""
-        given = {name: value for name, value in changes.items() if value is not None}
+        """A copy with the given fields changed (None too: it clears an optional setting); a field
+        given as UNSET keeps its value."""
+        given = {name: value for name, value in changes.items() if value is not UNSET}
         for name, kind in (("budgets", Budget), ("pricing", Price)):
             if name in given:  # per model: a value, or a setting mapping to check and turn into one
                 given[name] = _frozen({
@@ -129,50 +146,35 @@ class Settings:
                 given[name] = tuple(given[name])
         return dataclasses.replace(self, **given)
 
-    def validated(self) -> Settings:
-        """Check what can be checked before a run starts; return self or raise SettingsError."""
+    def validated(self) -> RunSettings:
+        """Check what can be checked before a run starts and read the environment once: the
+        settings of a run (RunSettings), or SettingsError."""
         if not self.model:
             raise SettingsError("no model given: pass -m MODEL (e.g. openai/gpt-4o-mini or litellm_proxy/<group>)")
-        if self.mode == "gateway":
-            if self.model == GATEWAY_PREFIX:
-                raise SettingsError("model 'litellm_proxy/' names no model group: use litellm_proxy/<group>")
-            if not self.gateway_api_base:
-                raise SettingsError(
-                    f"model {self.model} routes through a LiteLLM gateway but no gateway URL is set: "
-                    "pass --api-base URL or set LITELLM_PROXY_API_BASE"
-                )
-        check_permissions(self.permissions)
-        check_attribution(self.tags, self.metadata, self.tag_metadata_keys)
-        for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise SettingsError(f"{name} {getattr(self, name)} is invalid: give a number of seconds above 0")
-        for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
-                raise SettingsError(f"{name} {value} is invalid: give a number above 0")
-        if self.sandbox not in ("auto", "bwrap", "none"):
-            raise SettingsError(f"sandbox {self.sandbox!r} is not known: use auto, bwrap or none")
-        if self.sandbox_network not in ("endpoint", "host"):
-            raise SettingsError(f"sandbox_network {self.sandbox_network!r} is not known: use endpoint or host")
-        for path in (*self.sandbox_allow_write, *self.sandbox_allow_read):
-            if not Path(path).is_absolute() or not Path(path).exists():
-                raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
-        self.passed_env()
-        return self
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["environ"] = MappingProxyType(dict(self._environ))
+        settings = RunSettings(**values)
+        _check(settings)
+        return settings
+
+    @property
+    def _environ(self) -> Mapping[str, str]:
+        return os.environ if self.environ is None else self.environ
 
     def passed_env(self) -> dict[str, str]:
         """The variables named by `env`, checked: each must be set, not one opencode-gateway
         manages, and not hold a key the gateway uses (which would hand it to the agent)."""
         passed = {}
-        keys = gateway_keys(os.environ, (self.api_key, self.gateway_api_key))
+        environ = self._environ
+        keys = gateway_keys(environ, (self.api_key, self.gateway_api_key))
         for name in self.env:
             if not _ENV_NAME.fullmatch(name):
                 raise SettingsError(f"--env {name!r} is not a variable name: give NAME (letters, digits, _)")
             if name in _MANAGED_ENV or name.startswith(("XDG_", "OPENCODE_")):
                 raise SettingsError(f"--env {name}: opencode-gateway sets {name} itself for OpenCode")
-            if name not in os.environ:
+            if name not in environ:
                 raise SettingsError(f"--env {name}: {name} is not set in this environment")
-            value = os.environ[name]
+            value = environ[name]
             if any(key in value for key in keys):
                 raise SettingsError(f"--env {name}: {name} holds a key the gateway uses, which the agent must "
                                     "never see; give the agent a key of its own in another variable")
@@ -181,17 +183,53 @@ class Settings:
 
     @property
     def gateway_api_base(self) -> str | None:
-        return self.api_base or os.environ.get("LITELLM_PROXY_API_BASE") or None
+        return self.api_base or self._environ.get("LITELLM_PROXY_API_BASE") or None
 
     @property
     def gateway_api_key(self) -> str | None:
-        return self.api_key or os.environ.get("LITELLM_PROXY_API_KEY") or None
+        return self.api_key or self._environ.get("LITELLM_PROXY_API_KEY") or None
 
     @property
     def secrets(self) -> tuple[str, ...]:
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
-        return held_secrets(os.environ, (self.api_key, self.gateway_api_key))
+        return held_secrets(self._environ, (self.api_key, self.gateway_api_key))
+
+
+@dataclass(frozen=True)
+class RunSettings(Settings):
+    """Settings that passed `validated()`: a model is set, and the environment was read."""
+
+    model: str = ""
+
+
+def _check(settings: RunSettings) -> None:
+    """What validated() checks once the environment is read."""
+    if settings.mode == "gateway":
+        if settings.model == GATEWAY_PREFIX:
+            raise SettingsError("model 'litellm_proxy/' names no model group: use litellm_proxy/<group>")
+        if not settings.gateway_api_base:
+            raise SettingsError(
+                f"model {settings.model} routes through a LiteLLM gateway but no gateway URL is set: "
+                "pass --api-base URL or set LITELLM_PROXY_API_BASE"
+            )
+    check_permissions(settings.permissions)
+    check_attribution(settings.tags, settings.metadata, settings.tag_metadata_keys)
+    for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
+        if not 0 < getattr(settings, name) < math.inf:
+            raise SettingsError(f"{name} {getattr(settings, name)} is invalid: give a number of seconds above 0")
+    for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
+        value = getattr(settings, name)
+        if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
+            raise SettingsError(f"{name} {value} is invalid: give a number above 0")
+    if settings.sandbox not in ("auto", "bwrap", "none"):
+        raise SettingsError(f"sandbox {settings.sandbox!r} is not known: use auto, bwrap or none")
+    if settings.sandbox_network not in ("endpoint", "host"):
+        raise SettingsError(f"sandbox_network {settings.sandbox_network!r} is not known: use endpoint or host")
+    for path in (*settings.sandbox_allow_write, *settings.sandbox_allow_read):
+        if not Path(path).is_absolute() or not Path(path).exists():
+            raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
+    settings.passed_env()
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -199,40 +237,30 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MANAGED_ENV = {"HOME", "PWD", "NO_PROXY", "no_proxy"}
 
 
-# What config.yaml may contain, and the type each key must have.
+def json_kinds(annotation: Any) -> tuple[type, ...]:
+    """The JSON (and YAML) value types a setting or option of type `annotation` is written as:
+    a text for str and paths, a list for sequences, an object for mappings and JSON schemas."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return tuple(dict.fromkeys(kind for arg in typing.get_args(annotation) if arg is not type(None)
+                                   for kind in json_kinds(arg)))
+    if annotation is float:
+        return (int, float)
+    if annotation in (str, int, bool):
+        return (annotation,)
+    if annotation is Any or annotation is Mapping or origin in (dict, Mapping):
+        return (dict,)
+    if origin in (tuple, list, Sequence):
+        return (list,)
+    if origin is os.PathLike or isinstance(annotation, type) and issubclass(annotation, os.PathLike):
+        return (str,)
+    raise TypeError(f"no JSON form for {annotation!r}")
+
+
+# What config.yaml may contain (every setting), and the types each key may be written as.
 _FILE_KEYS: dict[str, tuple[type, ...]] = {
-    "model": (str,),
-    "api_base": (str,),
-    "api_key": (str,),
-    "tags": (list,),
-    "metadata": (dict,),
-    "permissions": (str,),
-    "disable_tools": (list,),
-    "agent": (str,),
-    "instructions": (str,),
-    "skills": (list,),
-    "timeout": (int, float),
-    "opencode_bin": (str,),
-    "opencode_config": (dict,),
-    "data_dir": (str,),
-    "pricing": (dict,),
-    "estimate_usage": (bool,),
-    "tag_metadata_keys": (list,),
-    "max_cost": (int, float),
-    "max_requests": (int,),
-    "max_tokens": (int,),
-    "budgets": (dict,),
-    "connect_timeout": (int, float),
-    "first_byte_timeout": (int, float),
-    "idle_timeout": (int, float),
-    "max_body_bytes": (int,),
-    "diff_max_bytes": (int,),
-    "ledger": (str,),
-    "env": (list,),
-    "sandbox": (str,),
-    "sandbox_network": (str,),
-    "sandbox_allow_write": (list,),
-    "sandbox_allow_read": (list,),
+    f.name: json_kinds(typing.get_type_hints(Settings)[f.name]) for f in dataclasses.fields(Settings)
+    if f.metadata.get("setting", True)
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.opencode.binary import pinned_binary
-from opencode_gateway.settings import default_data_dir
+from opencode_gateway.settings import Settings, default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -76,6 +76,12 @@ def workdir(tmp_path: Path) -> Path:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "gateway-data"
+
+
+@pytest.fixture
+def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
+    """A run's settings in the tests: the real OpenCode, a data dir and a ledger of the test's own."""
+    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db")
 
 
 @pytest.fixture

@@ -24,11 +24,6 @@ pytestmark = pytest.mark.e2e
 SONNET = {"input": 3e-06, "output": 1.5e-05, "cache_read": 3e-07, "cache_write": 3.75e-06}  # USD per token
 
 
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120)
-
-
 def test_anthropic_through_litellms_adapter_is_priced_with_cache_reads_and_writes(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:

@@ -35,9 +35,8 @@ MODEL = "openai/gpt-4o-mini"
 
 
 @pytest.fixture
-def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db",
-                    api_key="sk-provider")
+def settings(settings: Settings) -> Settings:
+    return settings.replace(api_key="sk-provider")
 
 
 class Verdict(pydantic.BaseModel):

@@ -25,11 +25,6 @@ pytestmark = pytest.mark.e2e
 MODEL = {"model": "litellm_proxy/coder", "api_key": "sk-virtual"}  # the scripted server plays the gateway
 
 
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=90, ledger=tmp_path / "ledger.db")
-
-
 def tool_turn(workdir: Path, name: str, prompt_tokens: int = 1000) -> Reply:
     return Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / name), "content": name})],
                  usage=usage(prompt_tokens, 50))

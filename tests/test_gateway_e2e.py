@@ -19,7 +19,7 @@ from litellm_proxy import LiteLLMProxy
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import arun, run, stream
-from opencode_gateway.accounting.account import RunAccount
+from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.server import EndpointServer
 from opencode_gateway.endpoint.tagging import Tagging
@@ -30,11 +30,6 @@ from opencode_gateway.settings import Settings
 from tests.gateway_proxy import new_key, spend_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
-
-
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db")
 
 
 def gateway_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -38,11 +38,6 @@ def write_then_answer(path: Path) -> list[Reply]:
     ]
 
 
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path) -> Settings:
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120)
-
-
 def test_edit_mode_writes_the_file(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run("Write hello.py", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.settings import Settings, load_settings
+from opencode_gateway.settings import UNSET, Settings, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -29,12 +29,13 @@ def test_file_values_are_read_and_env_references_resolved(tmp_path: Path, monkey
     assert settings.mode == "gateway"
 
 
-def test_flags_override_the_file_and_none_keeps_it(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, "model: openai/gpt-4o-mini\npermissions: edit\n"))
-    changed = settings.replace(model="anthropic/claude-sonnet-4-5", permissions=None)
+def test_flags_override_the_file_unset_keeps_it_and_none_clears_it(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "model: openai/gpt-4o-mini\npermissions: edit\nmax_cost: 5\n"))
+    changed = settings.replace(model="anthropic/claude-sonnet-4-5", permissions=UNSET, max_cost=None)
     assert changed.model == "anthropic/claude-sonnet-4-5"
     assert changed.permissions == "edit"
     assert changed.mode == "sdk"
+    assert changed.max_cost is None and settings.max_cost == 5
 
 
 def test_api_key_is_not_in_the_repr() -> None:

@@ -81,7 +81,7 @@ _MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
-def _describe(path: Path, exc: sqlite3.Error) -> LedgerError:
+def _ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
     text = str(exc)
     if "locked" in text or "busy" in text:
         return LedgerError(f"ledger {path} is locked by another process; wait for it or pass --ledger PATH")
@@ -200,7 +200,7 @@ def connect(path: Path, *, create: bool = True, timeout: float = 5.0) -> sqlite3
                 raise
         return connection
     except sqlite3.Error as exc:
-        raise _describe(path, exc) from exc
+        raise _ledger_error(path, exc) from exc
     except OSError as exc:
         raise LedgerError(f"ledger {path}: {exc.strerror}") from exc
 
@@ -217,7 +217,7 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
         rows = connection.execute(f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'"
                                   f"{conditions}", parameters).fetchall()
     except sqlite3.Error as exc:
-        raise _describe(path, exc) from exc
+        raise _ledger_error(path, exc) from exc
     finally:
         connection.close()
     return {str(row[0]) for row in rows if row[0] is not None}
@@ -237,7 +237,7 @@ class Ledger:
         try:
             self._connection.execute(sql, parameters)
         except sqlite3.Error as exc:
-            self._failure = self._failure or _describe(self.path, exc)
+            self._failure = self._failure or _ledger_error(self.path, exc)
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         return self._executor.submit(fn, *args)
@@ -262,9 +262,9 @@ class Ledger:
                          record.cost.usd, record.cost.source, record.attempts, record.error, record.started_at,
                          record.ttfb_s, record.duration_s))
 
-    def update_run(self, *, run_id: str, ended_at: float, session_id: str | None, stop_reason: str | None,
+    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
                    error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:
-        """A run's totals and, once it has ended, how (`stop_reason`); never blocks."""
+        """A run's totals and, once it has ended, when and how (`ended_at`, `stop_reason`); never blocks."""
         self._submit(self._write, "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
                      "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
                      " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?",

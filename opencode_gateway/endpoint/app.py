@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..accounting.account import RunAccount
+from ..accounting.run import RunAccount
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
@@ -134,6 +134,34 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
+async def _json_body(request: Request, limit: int) -> dict[str, Any] | Response:
+    """The request's JSON object, or the error response that says what is wrong with it."""
+    raw = await _read_body(request, limit)
+    if raw is None:
+        return error_response(f"request body is over the limit of {limit:,} bytes", 413, "invalid_request_error")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return error_response("request body is not valid JSON", 400, "invalid_request_error")
+    if not isinstance(body, dict):
+        return error_response("request body must be a JSON object", 400, "invalid_request_error")
+    return body
+
+
+def _forwarded(body: dict[str, Any], target: Target) -> dict[str, Any]:
+    """What goes upstream: the allowlisted fields (endpoint/tagging.py), the model pinned to the
+    target's, and a streamed answer's usage asked for."""
+    body, dropped = clean_body(body)
+    if dropped:
+        log.debug("dropped request fields that would change attribution or routing: %s", ", ".join(dropped))
+    body["model"] = target.upstream.model
+    if body.get("stream"):
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream_options", None)
+    return body
+
+
 def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
     """The endpoint's app, with `routes` of the caller's (serve's). `GET /health` answers anyone,
     and says nothing but that the endpoint is up."""
@@ -154,30 +182,16 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
     async def chat(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        raw = await _read_body(request, endpoint.max_body_bytes)
-        if raw is None:
-            message = f"request body is over the limit of {endpoint.max_body_bytes:,} bytes"
-            return error_response(message, 413, "invalid_request_error")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return error_response("request body is not valid JSON", 400, "invalid_request_error")
-        if not isinstance(body, dict):
-            return error_response("request body must be a JSON object", 400, "invalid_request_error")
+        body = await _json_body(request, endpoint.max_body_bytes)
+        if isinstance(body, Response):
+            return body
         try:
             target = (endpoint.target if isinstance(endpoint.target, Target)
                       else endpoint.target(request.headers, body.get("model")))
         except BadRequest as exc:
             return error_response(str(exc), 400, "invalid_request_error")
-        body, dropped = clean_body(body)
-        if dropped:
-            log.debug("dropped request fields that would change attribution or routing: %s", ", ".join(dropped))
-        body["model"] = target.upstream.model
+        body = _forwarded(body, target)
         stream = bool(body.get("stream"))
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        else:
-            body.pop("stream_options", None)
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
         if endpoint.follows is not None:
             await endpoint.follows(call.session_id, body)
@@ -199,22 +213,24 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
                                      headers={"cache-control": "no-cache"})
         return await call.whole(reply)
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, HTTPException) else 500
-        message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
-        return error_response(message.get(status, "request failed"), status, "invalid_request_error")
-
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
         *routes,
-    ], exception_handlers={404: not_found, 405: not_found})
+    ], exception_handlers={404: _not_found, 405: _not_found})
+
+
+async def _health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
+    return error_response(message.get(status, "request failed"), status, "invalid_request_error")
 
 
 class _Call:
@@ -329,7 +345,7 @@ class _Call:
                 failure = f"the upstream stream broke off ({type(exc).__name__})"
             reader.close()
             if failure is None and reader.error is not None:
-                failure = _describe(reader.error)  # the upstream's own error event, relayed as it came
+                failure = _error_text(reader.error)  # the upstream's own error event, relayed as it came
             elif failure is None and not reader.done:
                 failure = "the upstream stream ended before [DONE]"
             if failure is not None and reader.error is None:
@@ -352,7 +368,7 @@ class _Call:
                     usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
 
 
-def _describe(error: Any) -> str:
+def _error_text(error: Any) -> str:
     message = error.get("message") if isinstance(error, dict) else None
     return str(message or error)
 

@@ -207,7 +207,7 @@ class SdkUpstream:
         unreachable = _unreachable(exc)
         if unreachable is not None:
             return f"cannot reach the provider at {where}: {unreachable}; check --api-base", 502
-        message, status = _message(exc), _status(exc)
+        message, status = _exception_text(exc), _status(exc)
         if status in (401, 403) or "missing credentials" in message.lower() or "api_key" in message.lower():
             try:
                 variables = litellm.validate_environment(self.model).get("missing_keys") or []
@@ -246,7 +246,7 @@ def _status(exc: BaseException) -> int:
     return status if isinstance(status, int) and 400 <= status <= 599 else 500
 
 
-def _message(exc: BaseException) -> str:
+def _exception_text(exc: BaseException) -> str:
     return str(getattr(exc, "message", None) or exc) or type(exc).__name__
 
 
@@ -267,7 +267,7 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
         raise
     except Exception as exc:  # a provider failing mid-stream: end with an error event, not a cut
         status = _status(exc)
-        yield b"data: " + error_body(_message(exc), status_code=status) + b"\n\n"
+        yield b"data: " + error_body(_exception_text(exc), status_code=status) + b"\n\n"
         return
     yield b"data: [DONE]\n\n"
 

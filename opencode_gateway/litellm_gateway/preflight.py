@@ -18,7 +18,7 @@ __all__ = ["check_gateway"]
 _TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 
 
-def _message(response: httpx.Response) -> str:
+def _refusal_text(response: httpx.Response) -> str:
     try:
         error = response.json().get("error")
     except (ValueError, AttributeError):
@@ -47,12 +47,12 @@ async def check_gateway(base_url: str, api_key: str | None, group: str, *,
                                  "(or pass --api-key) to a virtual key of the gateway", check="key")
         if response.status_code in (401, 403):
             raise PreflightError(f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
-                                 f"{_message(response)}): check --api-key / LITELLM_PROXY_API_KEY", check="key")
+                                 f"{_refusal_text(response)}): check --api-key / LITELLM_PROXY_API_KEY", check="key")
         if response.status_code != 200 and is_budget_error(response.content):
-            raise BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_message(response)}")
+            raise BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_refusal_text(response)}")
         if response.status_code != 200:
             raise PreflightError(f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
-                                 f"{response.status_code}: {_message(response)}", check="reachable")
+                                 f"{response.status_code}: {_refusal_text(response)}", check="reachable")
         allowed = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
         if group in allowed or not allowed or any("*" in name for name in allowed):
             return

@@ -18,7 +18,7 @@ from ..errors import OpenCodeNotFound
 from .binary import INSTALL_HINT
 from .events import Event, parse_line
 
-__all__ = ["OpenCodeProcess", "Outcome", "run_argv"]
+__all__ = ["OpenCodeProcess", "ProcessExit", "run_argv"]
 
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
@@ -48,7 +48,7 @@ def run_argv(binary: str, model: str, agent: str, session_id: str | None = None)
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProcessExit:
     exit_code: int | None  # None: killed before it exited by itself
     stderr_tail: str
     timed_out: bool
@@ -81,7 +81,7 @@ class OpenCodeProcess:
         """Ask the run to end now (idempotent); run() kills the process group and returns."""
         self._stop.set()
 
-    async def run(self, on_event: Callable[[Event], None], timeout: float) -> Outcome:
+    async def run(self, on_event: Callable[[Event], None], timeout: float) -> ProcessExit:
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *self.argv, cwd=self.cwd, env=self.env, start_new_session=True,
@@ -112,9 +112,9 @@ class OpenCodeProcess:
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:
                 readers.result()
-                return Outcome(await process.wait(), self.stderr_tail, timed_out=False, stopped=False)
+                return ProcessExit(await process.wait(), self.stderr_tail, timed_out=False, stopped=False)
             await self.kill()
-            return Outcome(None, self.stderr_tail, timed_out=not done, stopped=bool(done))
+            return ProcessExit(None, self.stderr_tail, timed_out=not done, stopped=bool(done))
         finally:
             stop.cancel()
             await self.kill()  # also when cancelled (Ctrl-C): never leave anything behind

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 
-from opencode_gateway.accounting.account import RunAccount
+from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.tagging import Tagging

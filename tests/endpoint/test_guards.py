@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted_upstream import Reply, ScriptedUpstream, usage
 
-from opencode_gateway.accounting.account import RunAccount
+from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord

@@ -4,7 +4,6 @@ endpoint) and changes nothing."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ pytestmark = pytest.mark.e2e
 SDK_MODEL = "openai/gpt-4o-mini"
 PRICE = 1000 * 0.15e-6 + 50 * 0.6e-6  # gpt-4o-mini in litellm's map, for usage(1000, 50)
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    # The attacker's script runs on the tests' Python, which lives in a HOME the sandbox hides.
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db",
-                    sandbox_allow_read=(sys.base_prefix,))
 
 
 def hostile_body(evil: str) -> dict[str, object]:

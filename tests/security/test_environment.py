@@ -29,13 +29,6 @@ CALLERS = {
 }
 
 
-@pytest.fixture
-def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
-    # The attacker's script runs on the tests' Python, which lives in a HOME the sandbox hides.
-    return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=180, ledger=tmp_path / "ledger.db",
-                    sandbox_allow_read=(sys.base_prefix,))
-
-
 def test_the_agents_environment_holds_nothing_of_the_callers_but_what_was_passed_on_purpose(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,15 +1,18 @@
-"""One run's account while it goes: its totals, kept as each request ends, and budget admission
-that counts the calls still in flight.
+"""One run's account while it goes: its ledger row, its totals, kept as each request ends, and
+budget admission that counts the calls still in flight.
 
 Shared by a headless run and by each session of `serve`. The totals are incremental (a session
 of ten thousand requests costs no more per request than its first), and the records themselves
-are kept only when the caller wants them (a run returns them; a server does not).
+are kept only when the caller wants them (a run returns them; a server does not). With a ledger,
+the account opens the run's row, commits each request's row as it ends, and closes the row.
 
 Admission: a call may start when the run's limits still hold counting every call already in
 flight at its reservation (requests exactly; tokens and cost at a stated estimate, held until the
 call's record arrives). When only the reservations stand in the way, the call waits for the calls
 in flight to end and is decided on what they really spent, so a budget is never refused on an
-estimate alone, and ten parallel calls can never all start under a limit of two.
+estimate alone, and ten parallel calls can never all start under a limit of two. A refused call
+is recorded (a row that says why) but spends nothing, and the account remembers the refusal: the
+run ends on it.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .budget import Budget, Spent
+from .ledger import Ledger
 from .pricing import Pricer
 from .records import RequestRecord, RunUsage
 from .usage import Usage
@@ -52,9 +58,10 @@ class Totals:
     usage_missing: int = 0
     unpriced: int = 0
     priced_cost: float = 0.0  # of the priced requests
-    spent: Spent = Spent()  # what counts for a budget: calls made (refusals are not)
+    spent: Spent = Spent()  # what counts for a budget: calls made (refused ones are not)
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: RequestRecord, *, spent: bool = True) -> None:
+        """Count `record`; `spent=False` for a call that was refused (it never went out)."""
         self.requests += 1
         if record.usage:
             self._usage = self._usage + record.usage
@@ -63,7 +70,7 @@ class Totals:
             self.unpriced += 1
         else:
             self.priced_cost += record.cost.usd
-        if record.cost.source != "refused":
+        if spent:
             self.spent = self.spent + Spent.of(record)
 
     @property
@@ -84,17 +91,47 @@ class Totals:
 
 
 class RunAccount:
-    """Records go in through `add`; `admit` decides whether the next call may start."""
+    """Records go in through `add`; `admit` decides whether the next call may start. With a
+    `ledger`, `open` writes the run's row, each record its request's row, and `finish` closes it."""
 
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None) -> None:
+                 on_record: Callable[[RequestRecord], None] | None = None, ledger: Ledger | None = None) -> None:
+        self.run_id = "run_" + uuid.uuid4().hex
         self.budget = budget or Budget()
         self.pricer = pricer or Pricer()
         self.records: list[RequestRecord] | None = [] if keep_records else None
         self.on_record = on_record
+        self.ledger = ledger
         self.totals = Totals()
+        self.refusal: str | None = None  # why the first refused call was refused
+        self.finished = False
+        self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}
         self._ended = asyncio.Event()  # set whenever a call in flight ends
+
+    def open(self, *, model: str, mode: str, workdir: str, metadata: Mapping[str, Any], tags: Sequence[str],
+             session_id: str | None) -> None:
+        """The run's ledger row (a bad ledger fails here, before anything is sent)."""
+        if self.ledger is not None:
+            self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=mode,
+                                  workdir=workdir, metadata=metadata, tags=tags, session_id=session_id)
+
+    def update(self, *, ended_at: float | None = None, session_id: str | None = None,
+               stop_reason: str | None = None, error: str | None = None) -> None:
+        """The run's row with its totals so far (and, once it has ended, how)."""
+        if self.ledger is not None:
+            self.ledger.update_run(run_id=self.run_id, ended_at=ended_at, session_id=session_id,
+                                   stop_reason=stop_reason, error=error, usage=self.usage, cost=self.cost,
+                                   unpriced=self.unpriced)
+
+    def finish(self, session_id: str | None, stop_reason: str, error: str | None) -> None:
+        """Close the run's row, once (a later call changes nothing), and wait until it is committed."""
+        if self.finished:
+            return
+        self.finished = True
+        self.update(ended_at=time.time(), session_id=session_id, stop_reason=stop_reason, error=error)
+        if self.ledger is not None:
+            self.ledger.flush()
 
     @property
     def usage(self) -> RunUsage:
@@ -113,8 +150,11 @@ class RunAccount:
         return self.totals.spent
 
     def add(self, record: RequestRecord) -> None:
-        """A request ended (or was refused): count it, and release what it had reserved."""
-        self.totals.add(record)
+        """A request ended (or was refused): count it, commit its row, and release what it had
+        reserved."""
+        self.totals.add(record, spent=record.request_id not in self._refused)
+        if self.ledger is not None:
+            self.ledger.record_request(self.run_id, record)
         if self.records is not None:
             self.records.append(record)
         if self._in_flight.pop(record.request_id, None) is not None:
@@ -139,6 +179,8 @@ class RunAccount:
         while True:
             refusal = self.budget.refusal(self.spent)  # exact: what ended calls spent
             if refusal is not None:
+                self._refused.add(request_id)
+                self.refusal = self.refusal or refusal
                 return refusal
             held = sum(self._in_flight.values(), Spent())
             remaining = deadline - asyncio.get_running_loop().time()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from opencode_gateway.accounting.account import (
+from opencode_gateway.accounting.run import (
     DEFAULT_OUTPUT_RESERVE,
     RunAccount,
     reservation_usage,

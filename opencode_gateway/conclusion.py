@@ -1,0 +1,100 @@
+"""How a run ended: a pure function from what happened to the RunResult.
+
+Everything a run observed (its records, OpenCode's events and exit, the request that ended it, a
+budget refusal, the output it was asked for) goes in as one value; the result comes out, with its
+`stop_reason` and `error`. Nothing here starts, waits or writes, so every way a run can end is a
+unit test of milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .accounting.records import RequestRecord, totals
+from .errors import BudgetExceeded, GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, UpstreamError
+from .files import FileChange
+from .litellm_gateway.protocol import is_budget_error
+from .opencode.events import Error, Event
+from .opencode.process import ProcessExit
+from .output import OutputSpec
+from .result import OutputInvalid, RunResult, final_text
+
+__all__ = ["Happened", "conclude"]
+
+
+@dataclass(frozen=True)
+class Happened:
+    """What one run did, as its runner saw it."""
+
+    run_id: str
+    model: str
+    mode: str  # "gateway" or "sdk"
+    sandbox: str  # "bwrap" or "none"
+    timeout: float  # the run's limit, for the message when it was hit
+    exit: ProcessExit
+    records: tuple[RequestRecord, ...] = ()
+    events: tuple[Event, ...] = ()
+    session_id: str | None = None
+    fatal: RequestRecord | None = None  # the failed request that ended the run
+    refusal: str | None = None  # why the account refused a call (a budget), which ended the run
+    warnings: tuple[str, ...] = ()  # of the runner's own: no sandbox, a budget overshoot, ...
+    files: tuple[FileChange, ...] = ()
+    duration_s: float = 0.0
+
+
+def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
+    """The run's result. A refused budget comes first, then a timeout, then the error that ended
+    it, if any; an answer without the asked-for output is an OutputInvalid (in `error`: the
+    caller raises it)."""
+    stop_reason, error = _ending(happened)
+    usage, cost, warnings = totals(happened.records)
+    text = final_text(happened.events)
+    result = RunResult(
+        run_id=happened.run_id, text=text, session_id=happened.session_id, stop_reason=stop_reason,
+        model=happened.model, mode=happened.mode, usage=usage, cost=cost, requests=happened.records,
+        events=happened.events, error=error, warnings=(*warnings, *happened.warnings),
+        duration_s=happened.duration_s, files=happened.files, sandbox=happened.sandbox,
+    )
+    if output is None or stop_reason != "done":
+        return result
+    value, problem = output.parse(text)
+    if problem is None:
+        return dataclasses.replace(result, output=value)
+    invalid = OutputInvalid(f"{problem} (the answer is in the error's raw_text)", raw_text=text, result=result)
+    result = dataclasses.replace(result, stop_reason="error", error=invalid)
+    invalid.result = result  # the exception carries the run, and the run its exception
+    return result
+
+
+def _ending(happened: Happened) -> tuple[str, GatewayError | None]:
+    if happened.refusal is not None:
+        return "budget_exceeded", BudgetExceeded(happened.refusal)
+    if happened.exit.timed_out:
+        return "timeout", RunTimeout(f"the run exceeded its timeout of {happened.timeout:g} s and OpenCode was "
+                                     "stopped")
+    error = _run_error(happened.events, happened.records, happened.exit, happened.fatal)
+    if isinstance(error, UpstreamError) and error.status_code < 500 and is_budget_error(str(error).encode()):
+        return "budget_exceeded", BudgetExceeded(str(error))  # the gateway's budget
+    return ("done", None) if error is None else ("error", error)
+
+
+def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit: ProcessExit,
+               fatal: RequestRecord | None) -> GatewayError | None:
+    if fatal is not None:
+        return UpstreamError(fatal.error or f"upstream answered HTTP {fatal.status_code}",
+                             status_code=fatal.status_code)
+    error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
+    failed = next((r for r in reversed(records) if not r.ok), None)
+    if error_event is not None:
+        if failed is not None and failed.status_code >= 400 and error_event.status_code is not None:
+            return UpstreamError(failed.error or error_event.message, status_code=failed.status_code)
+        if error_event.status_code is not None:
+            return UpstreamError(error_event.message, status_code=error_event.status_code)
+        return OpenCodeError(f"OpenCode reported {error_event.name}: {error_event.message}", name=error_event.name)
+    if exit.exit_code:
+        last = exit.stderr_tail.strip().splitlines()[-1:] or ["(no stderr)"]
+        return OpenCodeFailed(f"opencode exited with code {exit.exit_code}: {last[0]}", exit_code=exit.exit_code,
+                              stderr_tail=exit.stderr_tail)
+    return None

@@ -1,0 +1,88 @@
+"""OpenCode's side of a run or a launch: what it is given to read, and how it is started.
+
+A workspace is a private folder (0700): the token file, OpenCode's own HOME and XDG config, cache
+and state dirs, the skills and instructions of the run, and the generated opencode.json; beside it
+the data home (XDG_DATA_HOME), where OpenCode keeps its sessions. A headless run gets a fresh
+temporary folder, removed after the run, and a data home kept per session; the TUI's launcher
+keeps one under the data dir across launches. Either way OpenCode is started from `command()`:
+with the allowlisted environment, and under bwrap when the run is sandboxed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..settings import RunSettings
+from . import config as oc_config
+from .sandbox import Sandbox
+from .skills import Skill, install_skills, skills_dir
+
+__all__ = ["Workspace"]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    private: Path  # 0700: the token, OpenCode's HOME and XDG dirs, skills, instructions, opencode.json
+    data_home: Path  # XDG_DATA_HOME: OpenCode's sessions
+
+    def prepare(self) -> None:
+        """Make the private dirs (0700) and the data home."""
+        oc_config.make_private_dirs(self.private)
+        self.data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def write_token(self, token: str, name: str = "token") -> Path:
+        """A 0600 file OpenCode's config reads its API key from (`{file:...}`), never its environment."""
+        path = self.private / name
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(token)
+        return path
+
+    def add_skills(self, skills: Sequence[Skill]) -> list[str]:
+        """Copy `skills` into OpenCode's config dir; the folders OpenCode may then read them in."""
+        install_skills(skills, self.private / "config")
+        return [str(skills_dir(self.private / "config"))] if skills else []
+
+    def add_instructions(self, parts: Sequence[str]) -> list[str]:
+        """The run's extra instructions as one file; the files for the config's `instructions`."""
+        if not parts:
+            return []
+        path = self.private / "instructions.md"
+        path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+        return [str(path)]
+
+    def config(self, settings: RunSettings, *, base_url: str, token_file: Path, instructions: Sequence[str] = (),
+               readable_dirs: Sequence[str] = ()) -> dict[str, Any]:
+        """The isolated opencode.json (also written to the private dir, for a person to read)."""
+        config = oc_config.build_config(
+            model=settings.model, base_url=base_url, api_key_ref=f"{{file:{token_file}}}",
+            permissions=settings.permissions, disable_tools=settings.disable_tools,
+            user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
+        )
+        (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
+        return config
+
+    def environment(self, settings: RunSettings, config: Mapping[str, Any], workdir: Path) -> dict[str, str]:
+        """OpenCode's environment: an allowlist of ours (see opencode/config.py), its private dirs,
+        the config as content."""
+        env = oc_config.build_env(settings.environ or {}, private_dir=self.private, data_dir=self.data_home,
+                                  config=config, passed=settings.passed_env())
+        env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD, not the real cwd
+        return env
+
+    def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: RunSettings, *, workdir: Path,
+                port: int, socket_path: Path | None, hidden: Sequence[Path] = (),
+                shown: Sequence[Path] = ()) -> tuple[list[str], dict[str, str]]:
+        """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py): the sandbox sees the
+        workdir and this workspace, and reaches the endpoint through `socket_path`."""
+        sandbox = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
+                          tuple(map(Path, settings.sandbox_allow_read)))
+        confined = sandbox.wrap(argv, workdir=workdir, private_dir=self.private, data_home=self.data_home, port=port,
+                                socket_path=socket_path, hidden=hidden, shown=shown)
+        return confined, {**env, "TMPDIR": "/tmp"}  # the sandbox's own, empty /tmp

@@ -1,0 +1,89 @@
+"""The options of one run, defined once.
+
+`RunOptions` is the keyword arguments of `run`, `arun`, `stream`, `astream` and `check` (typed with
+`Unpack`, so a type checker rejects a misspelt option or a wrong type). An option named like a
+`Settings` field overrides that setting for the run; the others (`PER_RUN`) exist only per run.
+A batch task may set the options in `TASK_OPTIONS`, checked against the types written here. An
+option left out is "not given" (the settings' value stands); `None` given on purpose clears an
+optional setting, e.g. `max_cost=None` lifts a settings file's cost limit for one run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypedDict, TypeVar
+
+from .settings import UNSET, Settings, json_kinds
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["PER_RUN", "TASK_OPTIONS", "RunOptions", "shows_options", "task_kinds"]
+
+
+class RunOptions(TypedDict, total=False):
+    """model: `litellm_proxy/<group>` (a LiteLLM gateway's model group) or any LiteLLM model string.
+    api_base, api_key: the gateway and its virtual key, or the provider's in SDK mode.
+    workdir: where OpenCode works (default: the current folder).
+    permissions: "read-only", "edit" or "full"; disable_tools: tool names to switch off; agent.
+    metadata, tags: spend attribution (x-litellm-spend-logs-metadata, x-litellm-tags).
+    instructions: extra system instructions (text). skills: folders that each hold a SKILL.md.
+    output: a JSON schema (dict) or a pydantic model class; RunResult.output is the answer's
+        JSON object, validated, and OutputInvalid is raised when the run gives none.
+    session_id: an earlier RunResult.session_id, to continue that OpenCode session (in its folder).
+    timeout, max_cost, max_requests, max_tokens: the run's limits.
+    opencode_bin: the opencode binary to run.
+    sandbox: "auto" (default: bubblewrap when it works here), "bwrap" or "none"; RunResult.sandbox
+        says what the run had.
+    settings: the rest (a Settings, e.g. from load_settings); the options above override it.
+    tools, history: not supported (CapabilityUnsupported says why).
+    """
+
+    model: str
+    api_base: str | None
+    api_key: str | None
+    workdir: str | os.PathLike[str]
+    permissions: str
+    disable_tools: Sequence[str]
+    agent: str
+    metadata: Mapping[str, Any]
+    tags: Sequence[str]
+    instructions: str | None
+    skills: Sequence[str | os.PathLike[str]]
+    output: Any
+    session_id: str | None
+    timeout: float
+    max_cost: float | None
+    max_requests: int | None
+    max_tokens: int | None
+    opencode_bin: str | None
+    sandbox: str
+    settings: Settings
+    tools: Any
+    history: Any
+
+
+PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
+TASK_OPTIONS = ("model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent", "instructions",
+                "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens")
+
+
+def task_kinds() -> dict[str, tuple[type, ...]]:
+    """The JSON types each option a batch task may set is written as, from RunOptions' types."""
+    hints = typing.get_type_hints(RunOptions)
+    return {name: json_kinds(hints[name]) for name in TASK_OPTIONS}
+
+
+def shows_options(function: F) -> F:
+    """Let help() and inspect show `function(prompt, **options)` with each option by name, as a
+    type checker sees it through Unpack[RunOptions] (left out: UNSET, "not given")."""
+    hints = typing.get_type_hints(RunOptions)
+    signature = inspect.signature(function)
+    parameters = [signature.parameters["prompt"], *(
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=UNSET, annotation=hints[name])
+        for name in RunOptions.__annotations__)]
+    function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{inspect.cleandoc(RunOptions.__doc__ or '')}"
+    return function

@@ -1,0 +1,105 @@
+"""The shape of the package, as a newcomer relies on it: small units, layers that import one way,
+and run options a type checker checks."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "opencode_gateway"
+MAX_CLASS_LINES, MAX_FUNCTION_LINES = 150, 60
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules `name` imports at its top level, type-only imports included."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):  # `if TYPE_CHECKING:` counts: a cycle of types is a cycle
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                for alias in node.names:
+                    found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+
+    visit(ast.parse(path.read_text()).body)
+    return (found & set(modules)) - {name}
+
+
+def test_no_class_is_over_150_lines_and_no_function_over_60() -> None:
+    too_long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    too_long.append(f"{path.relative_to(PACKAGE)}: {node.name} ({length} lines)")
+    assert too_long == []
+
+
+def test_no_import_cycle_even_of_types() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    cycles = []
+    for start in graph:  # a module that can reach itself through its imports is in a cycle
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                cycles.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
+    assert cycles == []
+
+
+def test_layers_import_one_way() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "opencode_gateway.runner" not in graph["opencode_gateway.serve"]
+    for name, imported in graph.items():
+        if name.startswith("opencode_gateway.accounting"):  # knows nothing of OpenCode or HTTP
+            assert not {i for i in imported if i.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))}
+        if name.startswith("opencode_gateway.opencode"):  # knows nothing of forwarding
+            assert not {i for i in imported if i.startswith("opencode_gateway.endpoint")}, name
+
+
+PROBE = """
+from opencode_gateway import run
+
+run("x", model="m", modle=1)
+run("x", model="m", max_cost="lots")
+run("x", model="m", max_cost=None, workdir=".", tags=["a"])
+"""
+
+
+@pytest.mark.e2e  # mypy on the package takes seconds
+def test_a_type_checker_rejects_a_misspelt_option_and_a_wrong_type(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    checked = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(probe)],
+                             cwd=PACKAGE.parent, capture_output=True, text=True, timeout=600)
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, checked.stdout
+    assert ':4: error: Unexpected keyword argument "modle"' in errors[0]
+    assert ':5: error: Argument "max_cost" to "run" has incompatible type "str"' in errors[1]

@@ -1,0 +1,105 @@
+"""How a run ended, decided from what happened: every ending, without running anything."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from opencode_gateway.accounting.pricing import Cost
+from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.usage import Usage
+from opencode_gateway.conclusion import Happened, conclude
+from opencode_gateway.errors import BudgetExceeded, OpenCodeError, OpenCodeFailed, RunTimeout, UpstreamError
+from opencode_gateway.opencode.events import Error, StepStart, Text
+from opencode_gateway.opencode.process import ProcessExit
+from opencode_gateway.output import OutputSpec
+from opencode_gateway.result import OutputInvalid
+
+EXITED = ProcessExit(0, "", timed_out=False, stopped=False)
+ANSWER = (StepStart("ses_1"), Text("ses_1", text="Looking."), StepStart("ses_1"), Text("ses_1", text="Done."))
+
+
+def record(status: int = 200, error: str | None = None, cost: float | None = 0.25) -> RequestRecord:
+    return RequestRecord(request_id=f"r{status}", model="m", upstream_model="m", status_code=status, stream=True,
+                         usage=Usage(100, 10) if status < 400 else None, cost=Cost(cost, "litellm"),
+                         started_at=0.0, duration_s=0.1, ttfb_s=0.01, error=error)
+
+
+def happened(**changes: object) -> Happened:
+    base = Happened(run_id="run_1", model="m", mode="sdk", sandbox="bwrap", timeout=30, exit=EXITED,
+                    records=(record(),), events=ANSWER, session_id="ses_1")
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_run_that_exited_cleanly_is_done_with_its_last_steps_text_and_totals() -> None:
+    result = conclude(happened(warnings=("no sandbox",)))
+    assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
+    assert result.cost == 0.25 and result.usage.requests == 1 and result.sandbox == "bwrap"
+    assert result.warnings == ("no sandbox",)
+
+
+def test_a_budget_refusal_ends_it_as_budget_exceeded_whatever_else_happened() -> None:
+    result = conclude(happened(refusal="run budget exceeded: max_requests is 1", exit=ProcessExit(None, "", True, True),
+                               fatal=record(500, "boom")))
+    assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
+    assert "max_requests is 1" in str(result.error)
+
+
+def test_a_timeout_names_the_limit() -> None:
+    result = conclude(happened(exit=ProcessExit(None, "", timed_out=True, stopped=False)))
+    assert result.stop_reason == "timeout" and isinstance(result.error, RunTimeout)
+    assert "timeout of 30 s" in str(result.error)
+
+
+def test_the_failed_request_that_ended_the_run_is_its_error() -> None:
+    failed = record(503, "the provider is overloaded")
+    result = conclude(happened(records=(record(), failed), fatal=failed, exit=ProcessExit(None, "", False, True)))
+    assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
+    assert (result.error.status_code, str(result.error)) == (503, "the provider is overloaded")
+
+
+def test_a_gateway_budget_error_is_budget_exceeded() -> None:
+    failed = record(400, "Budget has been exceeded! Current cost: 2.0, Max budget: 1.0")
+    result = conclude(happened(records=(failed,), events=(Error("ses_1", name="APIError", message="x", status_code=400),),
+                               exit=ProcessExit(1, "", False, False)))
+    assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
+
+
+@pytest.mark.parametrize(("error", "expected", "status"), [
+    (Error("ses_1", name="APIError", message="bad key", status_code=401), UpstreamError, 401),
+    (Error("ses_1", name="ContextOverflow", message="too long"), OpenCodeError, None),
+])
+def test_opencodes_own_error_event_is_the_error(error: Error, expected: type, status: int | None) -> None:
+    result = conclude(happened(events=(*ANSWER, error), exit=ProcessExit(1, "", False, False)))
+    assert result.stop_reason == "error" and isinstance(result.error, expected)
+    assert getattr(result.error, "status_code", None) == status
+
+
+def test_an_upstream_errors_own_message_wins_over_opencodes_rewording() -> None:
+    failed = record(401, "Incorrect API key provided")
+    result = conclude(happened(records=(failed,), exit=ProcessExit(1, "", False, False),
+                               events=(Error("ses_1", name="APIError", message="Unauthorized", status_code=401),)))
+    assert str(result.error) == "Incorrect API key provided"
+
+
+def test_a_nonzero_exit_without_an_event_names_the_last_stderr_line() -> None:
+    result = conclude(happened(events=(), exit=ProcessExit(1, "starting\nError: Session not found", False, False)))
+    assert result.stop_reason == "error" and isinstance(result.error, OpenCodeFailed)
+    assert str(result.error) == "opencode exited with code 1: Error: Session not found"
+
+
+def test_requested_output_is_parsed_from_the_answer_or_is_an_output_invalid() -> None:
+    spec = OutputSpec.of({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    good = conclude(happened(events=(StepStart("s"), Text("s", text='All done. {"n": 3}'))), spec)
+    assert good.ok and good.output == {"n": 3}
+    bad = conclude(happened(events=(StepStart("s"), Text("s", text="no JSON here"))), spec)
+    assert bad.stop_reason == "error" and isinstance(bad.error, OutputInvalid)
+    assert bad.error.raw_text == "no JSON here" and bad.error.result is bad
+    failed = conclude(happened(exit=ProcessExit(None, "", True, False)), spec)
+    assert failed.stop_reason == "timeout" and failed.output is None  # no answer is parsed from a failed run
+
+
+def test_unpriced_requests_make_the_cost_unknown_and_say_so() -> None:
+    result = conclude(happened(records=(record(), record(cost=None))))
+    assert result.cost is None and any("no price is known for model m" in w for w in result.warnings)
