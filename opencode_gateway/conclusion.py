@@ -16,7 +16,7 @@ from .accounting.records import RequestRecord, totals
 from .errors import BudgetExceeded, GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, UpstreamError
 from .files import FileChange
 from .litellm_gateway.protocol import is_budget_error
-from .opencode.events import Error, Event
+from .opencode.lines import Error, Event
 from .opencode.process import ProcessExit
 from .output import OutputSpec
 from .result import OutputInvalid, RunResult, final_text

@@ -1,4 +1,4 @@
-"""Every event a run reports, in the order things happen: OpenCode's own (opencode/events.py), the
+"""Every event a run reports, in the order things happen: OpenCode's own (opencode/lines.py), the
 endpoint's (text as the model streams it, a request finished, an upstream call being retried), and
 `Done`, the last one, which carries the RunResult.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .opencode.events import (
+from .opencode.lines import (
     Error,
     Event,
     Reasoning,

@@ -10,7 +10,7 @@ from typing import Any
 from .accounting.records import RequestRecord, RunUsage
 from .errors import GatewayError
 from .files import FileChange
-from .opencode.events import Event, StepStart, Text
+from .opencode.lines import Event, StepStart, Text
 
 __all__ = ["OutputInvalid", "RunResult", "final_text"]
 

@@ -45,7 +45,7 @@ from .litellm_gateway.preflight import check_gateway
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
-from .opencode.events import Event
+from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, ProcessExit, run_argv
 from .opencode.sandbox import resolve_sandbox
 from .opencode.sessions import session_directory

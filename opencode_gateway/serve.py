@@ -44,7 +44,7 @@ from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream, upstream_for
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
-from .litellm_gateway.protocol import GATEWAY_PREFIX
+from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
 from .settings import Settings
 
 __all__ = ["SessionRouter", "serve", "server_app"]
@@ -68,7 +68,7 @@ class _SessionRun:
                                session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
-        self.account.open(model=model, mode="gateway" if model.startswith(GATEWAY_PREFIX) else "sdk",
+        self.account.open(model=model, mode=mode_of(model),
                           workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
                           session_id=session_id)
 

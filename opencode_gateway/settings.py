@@ -23,7 +23,7 @@ from .accounting.budget import Budget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
-from .litellm_gateway.protocol import GATEWAY_PREFIX
+from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
 
 __all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
            "default_data_dir", "json_kinds", "load_settings", "load_yaml"]
@@ -125,7 +125,7 @@ class Settings:
     @property
     def mode(self) -> str:
         """`gateway` for a LiteLLM proxy model group (`litellm_proxy/<group>`), else `sdk`."""
-        return "gateway" if (self.model or "").startswith(GATEWAY_PREFIX) else "sdk"
+        return mode_of(self.model or "")
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed (None too: it clears an optional setting); a field

@@ -6,24 +6,29 @@ import dataclasses
 
 import pytest
 
-from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.conclusion import Happened, conclude
-from opencode_gateway.errors import BudgetExceeded, OpenCodeError, OpenCodeFailed, RunTimeout, UpstreamError
-from opencode_gateway.opencode.events import Error, StepStart, Text
+from opencode_gateway.errors import (
+    BudgetExceeded,
+    OpenCodeError,
+    OpenCodeFailed,
+    RunTimeout,
+    UpstreamError,
+)
+from opencode_gateway.opencode.lines import Error, StepStart, Text
 from opencode_gateway.opencode.process import ProcessExit
 from opencode_gateway.output import OutputSpec
 from opencode_gateway.result import OutputInvalid
+from tests import builders
 
 EXITED = ProcessExit(0, "", timed_out=False, stopped=False)
 ANSWER = (StepStart("ses_1"), Text("ses_1", text="Looking."), StepStart("ses_1"), Text("ses_1", text="Done."))
 
 
 def record(status: int = 200, error: str | None = None, cost: float | None = 0.25) -> RequestRecord:
-    return RequestRecord(request_id=f"r{status}", model="m", upstream_model="m", status_code=status, stream=True,
-                         usage=Usage(100, 10) if status < 400 else None, cost=Cost(cost, "litellm"),
-                         started_at=0.0, duration_s=0.1, ttfb_s=0.01, error=error)
+    return builders.record(f"r{status}", status=status, error=error, cost=cost,
+                           usage=Usage(100, 10) if status < 400 else None)
 
 
 def happened(**changes: object) -> Happened:

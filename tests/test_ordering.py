@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from opencode_gateway.opencode.events import (
+from opencode_gateway.opencode.lines import (
     StepFinish,
     StepStart,
     Text,

@@ -23,8 +23,8 @@ from opencode_gateway.errors import (
     SettingsError,
     UpstreamError,
 )
-from opencode_gateway.opencode.events import ToolCall as ToolCallEvent
-from opencode_gateway.opencode.events import ToolResult
+from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
+from opencode_gateway.opencode.lines import ToolResult
 from opencode_gateway.settings import Settings
 
 pytestmark = pytest.mark.e2e

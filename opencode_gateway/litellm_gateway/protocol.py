@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["GATEWAY_PREFIX", "gateway_base", "is_budget_error"]
+__all__ = ["GATEWAY_PREFIX", "gateway_base", "is_budget_error", "mode_of"]
 
 GATEWAY_PREFIX = "litellm_proxy/"  # a model string naming one of the gateway's model groups
+
+
+def mode_of(model: str) -> str:
+    """`gateway` for one of a LiteLLM gateway's model groups (`litellm_proxy/<group>`), else `sdk`
+    (litellm in this process calls the provider)."""
+    return "gateway" if model.startswith(GATEWAY_PREFIX) else "sdk"
 
 
 def gateway_base(api_base: str) -> str:

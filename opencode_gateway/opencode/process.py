@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import OpenCodeNotFound
 from .binary import INSTALL_HINT
-from .events import Event, parse_line
+from .lines import Event, parse_line
 
 __all__ = ["OpenCodeProcess", "ProcessExit", "run_argv"]
 

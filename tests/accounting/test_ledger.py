@@ -18,18 +18,18 @@ from opencode_gateway.accounting.ledger import (
     Ledger,
     connect,
 )
-from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
+from tests import builders
 
 
 def record(request_id: str, *, usage: Usage | None = Usage(1000, 50, 600, 0, 10), cost: float | None = 0.001,
            source: str = "litellm", started_at: float = 1_790_000_000.0, status: int = 200) -> RequestRecord:
-    return RequestRecord(request_id=request_id, model="litellm_proxy/coder", upstream_model="gpt-4o-mini",
-                         status_code=status, stream=True, usage=usage, cost=Cost(cost, source),
-                         started_at=started_at, duration_s=0.5, ttfb_s=0.1, attempts=2, usage_missing=usage is None,
-                         response_id=f"chatcmpl-{request_id}", session_id="ses_1")
+    return builders.record(request_id, usage=usage, cost=cost, source=source, status=status, started_at=started_at,
+                           model="litellm_proxy/coder", upstream_model="gpt-4o-mini", duration_s=0.5, ttfb_s=0.1,
+                           attempts=2, usage_missing=usage is None, response_id=f"chatcmpl-{request_id}",
+                           session_id="ses_1")
 
 
 def start(ledger: Ledger, run_id: str, metadata: dict | None = None, tags: tuple[str, ...] = ("harness",)) -> None:

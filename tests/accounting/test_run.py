@@ -9,22 +9,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from opencode_gateway.accounting.budget import Budget, Spent
+from opencode_gateway.accounting.pricing import Price, Pricer
+from opencode_gateway.accounting.records import RequestRecord, totals
 from opencode_gateway.accounting.run import (
     DEFAULT_OUTPUT_RESERVE,
     RunAccount,
     reservation_usage,
 )
-from opencode_gateway.accounting.budget import Budget, Spent
-from opencode_gateway.accounting.pricing import Cost, Price, Pricer
-from opencode_gateway.accounting.records import RequestRecord, totals
 from opencode_gateway.accounting.usage import Usage
+from tests import builders
 
 
 def record(request_id: str, tokens: tuple[int, int] = (100, 10), cost: float | None = 0.001,
            source: str = "litellm", missing: bool = False) -> RequestRecord:
-    return RequestRecord(request_id=request_id, model="m", upstream_model=None, status_code=200, stream=True,
-                         usage=None if missing else Usage(*tokens), cost=Cost(cost, source), started_at=0,
-                         duration_s=0, ttfb_s=0, usage_missing=missing)
+    return builders.record(request_id, usage=None if missing else Usage(*tokens), cost=cost, source=source,
+                           usage_missing=missing)
 
 
 records = st.lists(st.builds(

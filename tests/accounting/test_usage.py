@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from opencode_gateway.accounting.usage import StreamUsageReader, Usage, usage_from_body
-
-
-def sse(*events: object, done: bool = True) -> bytes:
-    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-    return body + (b"data: [DONE]\n\n" if done else b"")
-
-
-def chunk(content: str = "x", model: str = "gpt-4o-mini") -> dict:
-    return {"id": "c", "model": model, "choices": [{"index": 0, "delta": {"content": content}}]}
-
+from tests.builders import chunk, sse
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 30, "total_tokens": 130,
          "prompt_tokens_details": {"cached_tokens": 80}, "completion_tokens_details": {"reasoning_tokens": 10}}

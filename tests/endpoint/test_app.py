@@ -11,11 +11,12 @@ import httpx
 import pytest
 import respx
 
-from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
+from tests.builders import chunk, sse
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +27,8 @@ USAGE = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
 
 
 def sse_body(*, usage: dict | None = USAGE, model: str = "gpt-4o-mini") -> bytes:
-    chunks = [{"id": "c1", "model": model, "choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hi", "!")]
-    if usage:
-        chunks.append({"id": "c1", "model": model, "choices": [], "usage": usage})
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    usage_chunk = [{"id": "c", "model": model, "choices": [], "usage": usage}] if usage else []
+    return sse(chunk("Hi", model), chunk("!", model), *usage_chunk)
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted_upstream import Reply, ScriptedUpstream, usage
 
-from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.budget import Budget
-from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.server import EndpointServer
@@ -23,6 +22,7 @@ from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
 from opencode_gateway.errors import ConfigConflict, SettingsError
 from opencode_gateway.opencode.config import build_config
+from tests import builders
 
 pytestmark = pytest.mark.anyio
 TOKEN = "t"
@@ -76,8 +76,7 @@ def test_the_endpoint_binds_only_to_loopback_unless_asked() -> None:
 
 
 def record(tokens: tuple[int, int], cost: float | None, source: str = "litellm") -> RequestRecord:
-    return RequestRecord(request_id="r", model="m", upstream_model=None, status_code=200, stream=True,
-                         usage=Usage(*tokens), cost=Cost(cost, source), started_at=0, duration_s=0, ttfb_s=0)
+    return builders.record(usage=Usage(*tokens), cost=cost, source=source)
 
 
 MANAGED = ("provider", "model", "small_model", "enabled_providers", "permission")

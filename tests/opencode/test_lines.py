@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opencode_gateway.opencode.events import (
+from opencode_gateway.opencode.lines import (
     Error,
     Event,
     Reasoning,

@@ -1,0 +1,47 @@
+"""A workspace: what OpenCode is given to read, and how it is started (the end-to-end tests run it)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.opencode.workspace import Workspace
+from opencode_gateway.settings import Settings
+
+
+def test_the_token_is_a_private_file_the_config_reads_and_the_env_never_holds(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path / "private", tmp_path / "data")
+    workspace.prepare()
+    settings = Settings(model="openai/gpt-4o-mini").validated()
+    token_file = workspace.write_token("tok-123")
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text() == "tok-123"
+    config = workspace.config(settings, base_url="http://127.0.0.1:9/v1", token_file=token_file)
+    assert config["provider"]["litellm"]["options"]["apiKey"] == f"{{file:{token_file}}}"
+    assert json.loads((tmp_path / "private" / "opencode.json").read_text()) == config
+    env = workspace.environment(settings, config, tmp_path / "work")
+    assert "tok-123" not in json.dumps(env)
+    assert env["PWD"] == str(tmp_path / "work") and env["XDG_DATA_HOME"] == str(tmp_path / "data")
+    assert env["HOME"].startswith(str(tmp_path / "private"))
+
+
+def test_a_launch_token_goes_under_its_own_name_and_never_over_another(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path / "tui", tmp_path / "tui" / "data")
+    workspace.prepare()
+    first = workspace.write_token("a", "launches/launch_1")
+    assert first == tmp_path / "tui" / "launches" / "launch_1"
+    with pytest.raises(FileExistsError):
+        workspace.write_token("b", "launches/launch_1")
+    assert first.read_text() == "a"
+
+
+def test_confined_it_runs_under_bwrap_with_its_own_tmp(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path / "private", tmp_path / "data")
+    workspace.prepare()
+    settings = Settings(model="openai/gpt-4o-mini").validated()
+    argv, env = workspace.confine(["/bin/opencode", "run"], {"PATH": "/bin"}, settings, workdir=tmp_path,
+                                  port=4141, socket_path=tmp_path / "private" / "endpoint.sock")
+    assert argv[0] == "bwrap" and "--unshare-pid" in argv and "--unshare-net" in argv
+    assert argv[-2:] == ["/bin/opencode", "run"] and env == {"PATH": "/bin", "TMPDIR": "/tmp"}

@@ -1,0 +1,42 @@
+"""The run's options, defined once: what a settings file, a batch task and help() derive from them."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opencode_gateway import run
+from opencode_gateway.options import PER_RUN, TASK_OPTIONS, RunOptions, task_kinds
+from opencode_gateway.settings import UNSET, Settings, json_kinds
+
+
+@pytest.mark.parametrize(("annotation", "kinds"), [
+    (str, (str,)), (float, (int, float)), (int | None, (int,)), (bool, (bool,)), (Path | None, (str,)),
+    (tuple[str, ...], (list,)), (Sequence[str | os.PathLike[str]], (list,)), (Mapping[str, Any], (dict,)),
+    (Any, (dict,)), (str | os.PathLike[str], (str,)),
+])
+def test_each_type_is_written_in_json_as(annotation: Any, kinds: tuple[type, ...]) -> None:
+    assert json_kinds(annotation) == kinds
+
+
+def test_every_option_is_a_setting_or_the_runs_own() -> None:
+    settings = set(Settings.__dataclass_fields__)
+    assert set(RunOptions.__annotations__) - settings == set(PER_RUN)
+
+
+def test_a_task_sets_options_with_their_json_types() -> None:
+    kinds = task_kinds()
+    assert list(kinds) == list(TASK_OPTIONS) and set(TASK_OPTIONS) <= set(RunOptions.__annotations__)
+    assert kinds["timeout"] == (int, float) and kinds["metadata"] == (dict,) and kinds["skills"] == (list,)
+
+
+def test_help_shows_every_option_by_name_left_out_by_default() -> None:
+    parameters = inspect.signature(run).parameters
+    assert list(parameters) == ["prompt", *RunOptions.__annotations__]
+    assert all(p.default is UNSET for name, p in parameters.items() if name != "prompt")
+    assert "max_cost" in (run.__doc__ or "") and "`arun` for code without an event loop." in (run.__doc__ or "")
