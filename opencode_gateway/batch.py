@@ -15,21 +15,22 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
-from .accounting.ledger import finished_values
+from .accounting.ledger import RunLedger, finished_values
 from .accounting.report import render_table
 from .errors import GatewayError, SettingsError
-from .events import Done, Event, RequestFinished
+from .events import Event, RequestFinished
 from .options import task_kinds
 from .result import OutputInvalid, RunResult
-from .runner import astream, check
+from .runner import check, prepare
 from .settings import Settings, beside
 
-__all__ = ["Batch", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "summary"]
+__all__ = ["Batch", "Executor", "LocalExecutor", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "run_task",
+           "summary"]
 
 _ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: never . or ..
 # Beside each task's workdir (not in it, where the agent and git would see it), a marker that a
@@ -263,31 +264,56 @@ def _fresh_workdir(task: Task, batch: Batch) -> Path:
     return workdir
 
 
-async def _run_task(task: Task, batch: Batch, settings: Settings, progress: Progress) -> Outcome:
-    progress.started(task.id)
-    started = time.monotonic()
+async def run_task(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
+                   on_event: Callable[[Event], None], ledger: RunLedger | None = None) -> Outcome:
+    """One task, start to end, wherever it runs: its fresh workdir, then its run (rows to the
+    settings' ledger, or to `ledger`)."""
     try:
         workdir = _fresh_workdir(task, batch)
-        result = None
-        async for event in astream(task.prompt, settings=settings, workdir=workdir, **_options(task, batch, settings)):
-            progress.event(task.id, event)
-            if isinstance(event, Done):
-                result = event.result
-        outcome = Outcome(task.id, result)
+        plan = prepare(task.prompt, settings=settings, workdir=workdir, **options)
+        return Outcome(task.id, await plan.execute(on_event, ledger=ledger))
     except OutputInvalid as exc:
-        outcome = Outcome(task.id, exc.result)
+        return Outcome(task.id, exc.result)
     except GatewayError as exc:
-        outcome = Outcome(task.id, None, exc)
+        return Outcome(task.id, None, exc)
     except OSError as exc:  # its workdir could not be made
-        outcome = Outcome(task.id, None, GatewayError(f"cannot prepare the workdir of task {task.id}: {exc}"))
+        return Outcome(task.id, None, GatewayError(f"cannot prepare the workdir of task {task.id}: {exc}"))
+
+
+class Executor(Protocol):
+    """Where a batch's tasks run: in this process (LocalExecutor) or on Ray (ray_executor.py)."""
+
+    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
+                  on_event: Callable[[Event], None]) -> Outcome: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Each task as a run of this process."""
+
+    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
+                  on_event: Callable[[Event], None]) -> Outcome:
+        return await run_task(task, batch, settings, options, on_event)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+async def _run_task(task: Task, batch: Batch, settings: Settings, progress: Progress, executor: Executor) -> Outcome:
+    progress.started(task.id)
+    started = time.monotonic()
+    outcome = await executor.run(task, batch, settings, _options(task, batch, settings),
+                                 lambda event: progress.event(task.id, event))
     progress.finished(outcome, time.monotonic() - started)
     return outcome
 
 
 async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, concurrency: int = 4,
-                    resume: bool = False, progress: Progress | None = None) -> list[Outcome]:
-    """Run the tasks (those not finished before, with `resume`), `concurrency` at a time; the
-    outcomes of this invocation, in the tasks' order."""
+                    resume: bool = False, progress: Progress | None = None,
+                    executor: Executor | None = None) -> list[Outcome]:
+    """Run the tasks (those not finished before, with `resume`), `concurrency` at a time, on
+    `executor` (default: in this process); the outcomes of this invocation, in the tasks' order."""
     if concurrency < 1:
         raise SettingsError(f"--concurrency {concurrency} is invalid: run at least 1 task at a time")
     for task in tasks:  # everything that can be checked, before anything runs
@@ -306,7 +332,7 @@ async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, 
 
     async def one(task: Task) -> Outcome:
         async with gate:
-            outcome = await _run_task(task, batch, settings, progress)
+            outcome = await _run_task(task, batch, settings, progress, executor or LocalExecutor())
         with batch.results_file.open("a", encoding="utf-8") as out:
             out.write(json.dumps(outcome.to_dict(), ensure_ascii=False) + "\n")
         return outcome

@@ -264,15 +264,26 @@ def _cmd_env(args: argparse.Namespace) -> int:
 def _cmd_batch(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .batch import Batch, load_tasks, run_batch, summary
+    from .batch import Batch, Executor, LocalExecutor, load_tasks, run_batch, summary
 
     settings = _settings(args)
     batch = Batch.of(Path(args.tasks), batch_id=args.batch_id,
                      workdir_root=Path(args.workdir_root) if args.workdir_root else None,
                      results_file=Path(args.out) if args.out else None)
     tasks = load_tasks(batch.tasks_file)
-    outcomes = asyncio.run(owning_loop(run_batch(tasks, batch, settings, concurrency=args.concurrency,
-                                                 resume=args.resume)))
+    executor: Executor = LocalExecutor()
+    if settings.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        executor = RayExecutor(settings.ledger_path, address=args.ray_address, num_cpus=args.ray_num_cpus,
+                               max_retries=args.ray_max_retries)
+    elif settings.executor != "local":
+        raise SettingsError(f"executor {settings.executor!r} is not known: use local or ray")
+    try:
+        outcomes = asyncio.run(owning_loop(run_batch(tasks, batch, settings, concurrency=args.concurrency,
+                                                     resume=args.resume, executor=executor)))
+    finally:
+        executor.close()
     skipped = len(tasks) - len(outcomes)
     if args.json:
         _print_json({"batch_id": batch.batch_id, "results_file": str(batch.results_file), "skipped": skipped,
@@ -393,6 +404,14 @@ def _batch_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     _sandbox_flags(batch)
     _opencode_bin_flag(batch)
     _ledger_flag(batch)
+    batch.add_argument("--executor", choices=("local", "ray"),
+                       help="where tasks run: this process (default) or a Ray cluster (pip install "
+                       "'opencode-gateway[ray]')")
+    batch.add_argument("--ray-address", metavar="ADDR", help="with --executor ray: the cluster (auto, ray://...; "
+                       "default: a local Ray instance)")
+    batch.add_argument("--ray-num-cpus", type=float, default=1.0, metavar="N", help="CPUs a task takes (default: 1)")
+    batch.add_argument("--ray-max-retries", type=int, default=1, metavar="N",
+                       help="attempts after a worker dies mid-task (default: 1)")
     batch.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
     batch.set_defaults(handler=_cmd_batch)
 

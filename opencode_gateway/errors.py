@@ -5,6 +5,8 @@ Every message says what was wrong and what to do about it; the CLI prints it as 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BudgetExceeded",
     "CapabilityUnsupported",
@@ -27,6 +29,17 @@ class GatewayError(Exception):
 
     def to_dict(self) -> dict[str, object]:
         return {"type": type(self).__name__, "message": str(self)}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a batch task's result coming back from a Ray worker) with its attributes as
+        # they are: the subclasses' keyword-only arguments would not survive Exception's own way.
+        return _restored, (type(self), self.args), self.__dict__
+
+
+def _restored(kind: type[GatewayError], args: tuple[Any, ...]) -> GatewayError:
+    error = kind.__new__(kind)
+    Exception.__init__(error, *args)
+    return error
 
 
 class SettingsError(GatewayError):

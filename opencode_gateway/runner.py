@@ -4,7 +4,7 @@ Data goes one way: arguments and Settings in, events and a RunResult out. OpenCo
 learns the endpoint's loopback URL and a per-run token; the real keys stay in this process.
 
 `run`, `arun`, `stream` and `astream` take the same options (`RunOptions`, options.py). Everything
-that can be checked before OpenCode starts is checked by `_prepare`, and raises; what happens during
+that can be checked before OpenCode starts is checked by `prepare`, and raises; what happens during
 the run is reported in the RunResult (`stop_reason`, `error`, decided by conclusion.py), except an
 invalid structured output, which raises OutputInvalid because the caller asked for a value the run
 did not give. A run's parts: its account (accounting/run.py: records, ledger row, budget), its
@@ -29,7 +29,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from . import _litellm
-from .accounting.ledger import Ledger
+from .accounting.ledger import Ledger, RunLedger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
 from .accounting.run import RunAccount
@@ -58,7 +58,7 @@ from .output import OutputSpec
 from .result import OutputInvalid, RunResult
 from .settings import RunSettings, Settings
 
-__all__ = ["RunResult", "arun", "astream", "check", "run", "stream"]
+__all__ = ["Plan", "RunResult", "arun", "astream", "check", "prepare", "run", "stream"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # How long a request waits for OpenCode's events it follows from (they are normally read within
@@ -73,7 +73,7 @@ def _session_store(settings: Settings, session_id: str) -> Path:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """A run that passed every check that can be made before OpenCode starts."""
 
     settings: RunSettings
@@ -87,8 +87,11 @@ class _Plan:
     sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
     notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
 
-    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False) -> RunResult:
-        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text."""
+    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
+                      ledger: RunLedger | None = None) -> RunResult:
+        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
+        The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
+        sends them to the driver's)."""
         settings = self.settings
         if settings.mode == "gateway":
             try:
@@ -98,7 +101,9 @@ class _Plan:
                 return conclude(Happened(run_id="", model=settings.model, mode=settings.mode, sandbox=self.sandbox,
                                          timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
                                          session_id=self.session_id, refusal=str(exc)))
-        ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
+        own = None
+        if ledger is None:
+            own = ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
         run = _Run(self, ledger, on_event, deltas)
         try:
             return await run.execute()
@@ -106,7 +111,8 @@ class _Plan:
             run.account.finish(self.session_id, "interrupted", type(exc).__name__)
             raise
         finally:
-            ledger.close()
+            if own is not None:
+                own.close()
 
 
 def _check_session(settings: Settings, session_id: str | None, workdir: Path) -> Path | None:
@@ -123,7 +129,7 @@ def _check_session(settings: Settings, session_id: str | None, workdir: Path) ->
     return store
 
 
-def _prepare(prompt: str, **options: Unpack[RunOptions]) -> _Plan:
+def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     if options.get("tools") is not None:
         raise CapabilityUnsupported(
             "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
@@ -156,7 +162,7 @@ def _prepare(prompt: str, **options: Unpack[RunOptions]) -> _Plan:
     resumed_store = _check_session(settings, session_id, cwd)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
-    return _Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
+    return Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
                  binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
                  resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
                  notes=tuple(notes))
@@ -165,14 +171,14 @@ def _prepare(prompt: str, **options: Unpack[RunOptions]) -> _Plan:
 @shows_options
 def check(prompt: str, **options: Unpack[RunOptions]) -> None:
     """Raise what `run` would raise before OpenCode starts, without running anything."""
-    _prepare(prompt, **options)
+    prepare(prompt, **options)
 
 
 @shows_options
 async def arun(prompt: str, **options: Unpack[RunOptions]) -> RunResult:
     """Run OpenCode once on `model` through a local endpoint, account for every request, and
     return its RunResult."""
-    return await _prepare(prompt, **options).execute()
+    return await prepare(prompt, **options).execute()
 
 
 @shows_options
@@ -180,7 +186,7 @@ async def astream(prompt: str, **options: Unpack[RunOptions]) -> AsyncIterator[E
     """Run OpenCode once, yielding its events as they happen; the last is Done(result).
 
     Leaving the loop early stops the run (OpenCode is killed, the ledger row closed)."""
-    plan = _prepare(prompt, **options)
+    plan = prepare(prompt, **options)
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
     task = asyncio.ensure_future(plan.execute(queue.put_nowait, deltas=True))
     task.add_done_callback(lambda _: queue.put_nowait(None))
@@ -254,7 +260,7 @@ class _Run:
     account keeps the records and the ledger row; this passes them on as events, and stops
     OpenCode when a request fails in a way OpenCode would retry for minutes, or a budget refuses."""
 
-    def __init__(self, plan: _Plan, ledger: Ledger, on_event: Callable[[Event], None] | None, deltas: bool) -> None:
+    def __init__(self, plan: Plan, ledger: RunLedger, on_event: Callable[[Event], None] | None, deltas: bool) -> None:
         self.plan = plan
         self.settings = plan.settings
         self.on_event = on_event

@@ -104,9 +104,16 @@ class Settings:
     sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
+    executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (ray_executor.py)
     # The environment, read once by validated(): the gateway's URL and key fall back to it, and
     # every credential in it is a secret to redact. None until then (read when asked).
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a batch task shipped to a Ray worker) as plain values: a mappingproxy cannot be.
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return _unpickled, (type(self), {name: dict(value) if isinstance(value, MappingProxyType) else value
+                                         for name, value in values.items()})
 
     @property
     def budget(self) -> Budget:
@@ -194,6 +201,12 @@ class Settings:
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
         return held_secrets(self._environ, (self.api_key, self.gateway_api_key))
+
+
+def _unpickled(kind: type[Settings], values: dict[str, Any]) -> Settings:
+    thawed: dict[str, Any] = {name: MappingProxyType(value) if isinstance(value, dict) else value
+                              for name, value in values.items()}
+    return kind(**thawed)
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import LedgerError
 from .records import RequestRecord, RunUsage
 
-__all__ = ["SCHEMA_VERSION", "Ledger", "connect", "finished_values"]
+__all__ = ["SCHEMA_VERSION", "Ledger", "RunLedger", "connect", "finished_values", "this_process"]
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ def _migrate(connection: sqlite3.Connection) -> None:
         raise
 
 
-def _this_process() -> str:
+def this_process() -> str:
     """host:pid:start time, which names one process even after its pid is reused."""
     return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
 
@@ -156,13 +156,18 @@ def _mark_abandoned(connection: sqlite3.Connection) -> None:
     as `abandoned`, with the totals of the requests they recorded."""
     open_runs = connection.execute("SELECT run_id, owner FROM runs WHERE ended_at IS NULL AND owner IS NOT NULL")
     for run_id in [row[0] for row in open_runs.fetchall() if _gone(row[1])]:
-        connection.execute(
-            "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
-            "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
-            "error = 'the process running it ended without closing it (killed?)', "
-            + ", ".join(f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
-                        for column, total in _RUN_TOTALS.items())
-            + " WHERE run_id = ? AND ended_at IS NULL", (run_id,))
+        _abandon(connection, run_id)
+
+
+def _abandon(connection: sqlite3.Connection, run_id: str) -> None:
+    """Close an open run's row as `abandoned`, with the totals of the requests it recorded."""
+    connection.execute(
+        "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
+        "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
+        "error = 'the process running it ended without closing it (killed?)', "
+        + ", ".join(f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
+                    for column, total in _RUN_TOTALS.items())
+        + " WHERE run_id = ? AND ended_at IS NULL", (run_id,))
 
 
 _RUN_TOTALS = {
@@ -223,6 +228,23 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     return {str(row[0]) for row in rows if row[0] is not None}
 
 
+class RunLedger(Protocol):
+    """What a run's account writes to: the Ledger, or a channel to one in another process."""
+
+    def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
+                  metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None) -> None: ...
+
+    def record_request(self, run_id: str, record: RequestRecord) -> None: ...
+
+    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
+                   error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+    @property
+    def failure(self) -> LedgerError | None: ...
+
+
 class Ledger:
     """The write side. `record_request` never blocks; `close` waits for what is queued. Only the
     one worker thread uses the connection after it is opened."""
@@ -243,11 +265,14 @@ class Ledger:
         return self._executor.submit(fn, *args)
 
     def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
-                  metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None) -> None:
+                  metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None,
+                  owner: str | None = None) -> None:
+        """A run's row. `owner` is the process running it (host:pid:start time), this one's unless
+        the run is another's (a batch task's on a Ray worker)."""
         self._submit(self._write, "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, "
                      "tags, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (run_id, session_id, started_at, model, mode, workdir, json.dumps(dict(metadata)),
-                      json.dumps(list(tags)), _this_process())).result()
+                      json.dumps(list(tags)), owner or this_process())).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
@@ -271,6 +296,16 @@ class Ledger:
                      (ended_at, session_id, stop_reason, error, usage.requests, usage.input_tokens,
                       usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens,
                       cost, unpriced, run_id))
+
+    def abandon(self, run_id: str) -> None:
+        """Close a run whose process died without closing it (a killed Ray worker's)."""
+        self._submit(self._write_with, _abandon, run_id)
+
+    def _write_with(self, write: Callable[[sqlite3.Connection, str], None], run_id: str) -> None:
+        try:
+            write(self._connection, run_id)
+        except sqlite3.Error as exc:
+            self._failure = self._failure or _ledger_error(self.path, exc)
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""

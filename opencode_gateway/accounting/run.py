@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .budget import Budget, Spent
-from .ledger import Ledger
+from .ledger import RunLedger
 from .pricing import Pricer
 from .records import RequestRecord, RunUsage
 from .usage import Usage
@@ -95,7 +95,7 @@ class RunAccount:
     `ledger`, `open` writes the run's row, each record its request's row, and `finish` closes it."""
 
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None, ledger: Ledger | None = None) -> None:
+                 on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None) -> None:
         self.run_id = "run_" + uuid.uuid4().hex
         self.budget = budget or Budget()
         self.pricer = pricer or Pricer()

@@ -1,0 +1,170 @@
+"""Batch tasks on a Ray cluster (`batch --executor ray`), one ledger, exact totals.
+
+Each task is one Ray task running the same run as the local executor (`batch.run_task`), on
+whichever node Ray picks, sandboxed as a local run is. The driver holds the one ledger: a run on a
+worker writes its rows to a Ray queue instead of a file (each request's row as the request ends,
+not at the end of the task), and the driver commits them. A worker that dies is retried by Ray
+(`max_retries`); the run it left open is closed as `abandoned`, with what it recorded (it was real
+spend), and the retry is a new run of the same task. A task whose every attempt died is a failed
+result. What a task needs is in the Ray task's arguments: the task, the batch, the settings (keys
+included, so they are in the cluster's object store, never in a task's name or a log line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._litellm import owning_loop
+from .accounting.ledger import Ledger, this_process
+from .accounting.records import RequestRecord, RunUsage
+from .batch import Batch, Outcome, Task, run_task
+from .credentials import refuse_inspection
+from .errors import GatewayError, SettingsError
+from .events import Event, RequestFinished
+from .litellm_gateway.protocol import mode_of
+from .settings import Settings
+
+__all__ = ["INSTALL", "RayExecutor", "load_ray"]
+
+INSTALL = "pip install 'opencode-gateway[ray]'"
+
+
+def load_ray() -> Any:
+    """Ray, or a SettingsError saying how to install it (it is an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise SettingsError(f"--executor ray needs Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+class _QueuedLedger:
+    """A run's ledger on a worker: each write goes to the driver through a Ray queue. A put
+    returns once the queue holds it, so when the task returns, all its rows are with the driver."""
+
+    def __init__(self, queue: Any, task_id: str) -> None:
+        self.queue = queue
+        self.task_id = task_id
+        self.failure = None
+
+    def start_run(self, **run: Any) -> None:
+        self.queue.put(("start", self.task_id, {**run, "owner": this_process()}))
+
+    def record_request(self, run_id: str, record: RequestRecord) -> None:
+        self.queue.put(("record", run_id, record))
+
+    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
+                   error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:
+        self.queue.put(("update", run_id, dict(ended_at=ended_at, session_id=session_id, stop_reason=stop_reason,
+                                               error=error, usage=usage, cost=cost, unpriced=unpriced)))
+
+    def flush(self) -> None:
+        """Nothing to wait for: every put is already with the driver."""
+
+
+def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any], queue: Any) -> Outcome:
+    """A batch task in a Ray worker process: the run, its rows and its progress sent to the driver."""
+    refuse_inspection()  # the worker holds the keys too
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, RequestFinished):  # what the driver's progress line shows
+            queue.put(("event", task.id, event))
+
+    ledger = _QueuedLedger(queue, task.id)
+    return asyncio.run(owning_loop(run_task(task, batch, settings, options, on_event, ledger=ledger)))
+
+
+def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:
+    """The settings a worker gets: a gateway's URL and key resolved here, where they were given
+    (perhaps in this environment), not read again from the worker's environment."""
+    if mode_of(options.get("model") or settings.model or "") != "gateway":
+        return settings
+    return settings.replace(api_base=settings.gateway_api_base, api_key=settings.gateway_api_key)
+
+
+class RayExecutor:
+    """Runs batch tasks as Ray tasks; this process (the driver) writes their ledger rows."""
+
+    def __init__(self, ledger_path: Path, *, address: str | None = None, num_cpus: float = 1.0,
+                 max_retries: int = 1) -> None:
+        ray = load_ray()
+        self._ray = ray
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:  # without an address: a local Ray instance, as on a laptop
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        from ray.util.queue import Queue
+
+        self._queue = Queue()
+        self._remote = ray.remote(_on_worker).options(num_cpus=num_cpus, max_retries=max_retries,
+                                                      retry_exceptions=False)
+        self.ledger = Ledger(ledger_path)
+        self._listeners: dict[str, Callable[[Event], None]] = {}
+        self._open: dict[str, str] = {}  # task id -> the run of its current attempt, until it closes
+        self._draining: asyncio.Task[None] | None = None
+
+    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
+                  on_event: Callable[[Event], None]) -> Outcome:
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain_every(0.25))
+        self._listeners[task.id] = on_event
+        ref = self._remote.remote(task, batch, _shipped(settings, options), dict(options), self._queue)
+        try:
+            outcome: Outcome = await ref
+        except asyncio.CancelledError:  # Ctrl-C: the task is cancelled on the cluster too
+            self._ray.cancel(ref, force=True)
+            raise
+        except self._ray.exceptions.RayError as exc:  # every attempt's worker died
+            outcome = Outcome(task.id, None, GatewayError(
+                f"task {task.id} failed on Ray on every attempt: {type(exc).__name__}: {str(exc)[:300]}"))
+        self._drain()
+        abandoned = self._open.pop(task.id, None)
+        if abandoned is not None:  # its worker died mid-run and no attempt closed it
+            self.ledger.abandon(abandoned)
+        self._listeners.pop(task.id, None)
+        return outcome
+
+    async def _drain_every(self, seconds: float) -> None:
+        while True:
+            self._drain()
+            await asyncio.sleep(seconds)
+
+    def _drain(self) -> None:
+        """Commit what the workers sent so far, in the order they sent it."""
+        size = self._queue.qsize()
+        if size:
+            for message in self._queue.get_nowait_batch(size):
+                self._apply(message)
+
+    def _apply(self, message: Sequence[Any]) -> None:
+        kind, key, payload = message
+        if kind == "start":
+            earlier = self._open.pop(key, None)
+            if earlier is not None:  # a retry: the earlier attempt's worker died with its run open
+                self.ledger.abandon(earlier)
+            self._open[key] = payload["run_id"]
+            self.ledger.start_run(**payload)
+        elif kind == "record":
+            self.ledger.record_request(key, payload)
+        elif kind == "update":
+            self.ledger.update_run(run_id=key, **payload)
+            if payload["stop_reason"] is not None:
+                self._open = {task: run for task, run in self._open.items() if run != key}
+        elif kind == "event" and key in self._listeners:
+            self._listeners[key](payload)
+
+    def close(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+        with contextlib.suppress(Exception):
+            self._drain()
+        for run_id in self._open.values():
+            self.ledger.abandon(run_id)
+        self.ledger.close()
+        with contextlib.suppress(Exception):
+            self._queue.shutdown()
+        if self._started_ray:
+            self._ray.shutdown()
