@@ -476,9 +476,11 @@ def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, run, session or outcome")
+    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, week, month, run, "
+                                 "session, workdir or outcome")
     report.add_argument("--by", default="ticket", metavar="KEY",
-                        help="a metadata key (default: ticket), or model, tag, day, run, session, outcome (how runs ended: done, abandoned...)")
+                        help="a metadata key (default: ticket), or model, tag, day, week, month, run, session, workdir "
+                        "(or project), outcome (how runs ended: done, abandoned...)")
     report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD, UTC) or ISO time")
     report.add_argument("--until", metavar="DATE", help="up to this date, inclusive, or ISO time")
     report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
+from opencode_gateway.accounting.ledger import Ledger
+
 CLI = [sys.executable, "-m", "opencode_gateway"]
 
 
@@ -41,6 +43,16 @@ def test_report_before_any_run_is_empty_not_an_error(tmp_path: Path, fmt: str, s
     result = cli("report", "--ledger", str(tmp_path / "none.db"), "--format", fmt)
     assert result.returncode == 0 and result.stdout == stdout
     assert "no runs yet" in result.stderr and not (tmp_path / "none.db").exists()
+
+
+def test_report_by_a_word_that_is_no_dimension_nor_metadata_key_is_exit_2(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.start_run(run_id="r1", started_at=0.0, model="m", mode="sdk", workdir="/w", metadata={"ticket": "ENG-1"},
+                     tags=(), session_id=None)
+    ledger.close()
+    result = cli("report", "--by", "modle", "--ledger", str(tmp_path / "ledger.db"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "cannot group by 'modle'" in result.stderr and "(ticket)" in result.stderr
 
 
 def test_run_help_lists_every_tool_that_can_be_disabled() -> None:

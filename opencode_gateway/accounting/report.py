@@ -1,5 +1,6 @@
-"""Spend reports over the ledger: totals per ticket (or any metadata key), model, tag, day, run,
-session or outcome, with every token kind, the cost, and how many requests could not be priced."""
+"""Spend reports over the ledger: totals per ticket (or any metadata key), model, tag, day, week,
+month, run, session, workdir or outcome, with every token kind, the cost, and how many requests
+could not be priced."""
 
 from __future__ import annotations
 
@@ -16,16 +17,21 @@ from typing import Any
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "Group", "Report", "build_report", "parse_time", "render_table"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "Group", "Report", "build_report", "parse_time", "render_table"]
 
 BUILT_IN_GROUPS: Mapping[str, str] = {
     "model": "q.model",
     "tag": "tag.value",
     "day": "date(q.started_at, 'unixepoch')",
+    "week": "strftime('%Y-W%W', q.started_at, 'unixepoch')",  # weeks from Monday, UTC
+    "month": "strftime('%Y-%m', q.started_at, 'unixepoch')",
     "run": "q.run_id",
     "session": "COALESCE(r.session_id, q.session_id)",
+    "workdir": "r.workdir",
+    "project": "r.workdir",  # ccusage's word for it
     "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
 }
+DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SUMS = """COUNT(DISTINCT q.run_id) AS runs, COUNT(*) AS requests,
     SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
@@ -46,6 +52,13 @@ class Group:
     reasoning_tokens: int
     cost: float  # of the priced requests
     unpriced_requests: int
+    status: str | None = None  # by run: how it ended (done, error, ...), "running" or "abandoned"
+
+    @property
+    def label(self) -> str:
+        """The group's name in a table: an unfinished or abandoned run says so."""
+        name = "(none)" if self.key is None else self.key
+        return f"{name} ({self.status})" if self.status in ("running", "abandoned") else name
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ class Report:
         rows = [*self.groups, self.total]
         header = [self.by, "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning",
                   "cost_usd", "unpriced"]
-        cells = [[("TOTAL" if g is self.total else "(none)" if g.key is None else g.key), str(g.runs),
+        cells = [[("TOTAL" if g is self.total else g.label), str(g.runs),
                   str(g.requests), str(g.input_tokens), str(g.output_tokens), str(g.cache_read_tokens),
                   str(g.cache_write_tokens), str(g.reasoning_tokens), f"{g.cost:.6f}", str(g.unpriced_requests)]
                  for g in rows]
@@ -101,7 +114,8 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
                  input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0,
                  cache_read_tokens=row["cache_read_tokens"] or 0, cache_write_tokens=row["cache_write_tokens"] or 0,
                  reasoning_tokens=row["reasoning_tokens"] or 0, cost=row["cost"] or 0.0,
-                 unpriced_requests=row["unpriced_requests"] or 0)
+                 unpriced_requests=row["unpriced_requests"] or 0,
+                 status=row["status"] if "status" in row.keys() else None)
 
 
 def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
@@ -114,6 +128,7 @@ def build_report(path: Path, *, by: str = "ticket", since: str | None = None, un
     else:
         raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
                             f"{', '.join(BUILT_IN_GROUPS)}")
+    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
     conditions: list[str] = []
     filters: list[Any] = []
     if since:
@@ -132,11 +147,24 @@ def build_report(path: Path, *, by: str = "ticket", since: str | None = None, un
     tag_join = ", json_each(r.tags) AS tag" if by == "tag" else ""
     connection = connect(path, create=False)
     try:
+        _check_dimension(connection, by)
         rows = connection.execute(
-            f"SELECT {key_sql} AS grp, {_SUMS} FROM {source}{tag_join} {where_sql} GROUP BY grp "
+            f"SELECT {key_sql} AS grp, {_SUMS}{status_sql} FROM {source}{tag_join} {where_sql} GROUP BY grp "
             "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*parameters, *filters]).fetchall()
         total = connection.execute(f"SELECT {_SUMS} FROM {source} {where_sql}", filters).fetchone()
     finally:
         connection.close()
     groups = tuple(_group(row, None if row["grp"] is None else str(row["grp"])) for row in rows)
     return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
+
+
+def _check_dimension(connection: Any, by: str) -> None:
+    """A word that is no dimension and no metadata key of any run is a typo (`--by modle`), not a
+    report with one "(none)" group."""
+    if by in BUILT_IN_GROUPS or by == DEFAULT_BY:
+        return
+    keys = sorted(row[0] for row in connection.execute(
+        "SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta"))
+    if by not in keys:
+        raise SettingsError(f"cannot group by {by!r}: it is neither a dimension ({', '.join(BUILT_IN_GROUPS)}) nor a "
+                            f"metadata key of a run in this ledger ({', '.join(keys) or 'none'})")

@@ -11,7 +11,7 @@ import pytest
 
 from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.accounting.pricing import Cost
-from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
@@ -110,3 +110,41 @@ def test_filters_by_time_and_metadata(ledger_path: Path) -> None:
 def test_bad_report_arguments_are_settings_errors(ledger_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         build_report(ledger_path, **kwargs)
+
+
+def test_by_workdir_project_week_and_month(ledger_path: Path) -> None:
+    ledger = Ledger(ledger_path)
+    ledger.start_run(run_id="r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(),
+                     session_id=None)
+    ledger.record_request("r5", request("r5", 1, (7, 1, 0), 0.001, started_at=DAY2 + 40 * 86_400))
+    ledger.close()
+    assert {g.key: g.requests for g in build_report(ledger_path, by="workdir").groups} == {"/w": 6, "/src/app": 1}
+    assert build_report(ledger_path, by="project").groups == build_report(ledger_path, by="workdir").groups
+    assert {g.key: g.requests for g in build_report(ledger_path, by="month").groups} == {"2026-09": 6, "2026-11": 1}
+    # 2026-09-21 is a Monday: it and the 22nd are one week; 2026-11-01, a Sunday, ends week 43
+    assert {g.key: g.requests for g in build_report(ledger_path, by="week").groups} == {"2026-W38": 6, "2026-W43": 1}
+
+
+def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both(ledger_path: Path) -> None:
+    with pytest.raises(SettingsError) as caught:
+        build_report(ledger_path, by="modle")
+    message = str(caught.value)
+    assert "cannot group by 'modle'" in message and "model, tag, day" in message and "team, ticket" in message
+    assert build_report(ledger_path, by="team").groups  # a key some run has
+    empty = ledger_path.parent / "empty.db"
+    Ledger(empty).close()
+    assert build_report(empty, by="ticket").groups == ()  # the default, before any run has a ticket
+
+
+def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -> None:
+    ledger = Ledger(ledger_path)
+    ledger.update_run(run_id="r1", ended_at=DAY1 + 5, session_id=None, stop_reason="done", error=None,
+                      usage=RunUsage(), cost=0.015, unpriced=0)
+    ledger.abandon("r2")
+    ledger.close()
+    report = build_report(ledger_path, by="run")
+    status = {g.key: g.status for g in report.groups}
+    assert status == {"r1": "done", "r2": "abandoned", "r3": "running", "r4": "running"}
+    table = report.render("table")
+    assert "r2 (abandoned)" in table and "r3 (running)" in table and "r1 (" not in table
+    assert {g["key"]: g["status"] for g in json.loads(report.render("json"))["groups"]}["r2"] == "abandoned"
