@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -213,6 +214,34 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     else:
         print("\n".join(check.line() for check in checks))
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from .accounting.report import render_table
+    from .opencode.sessions import kept_sessions, prune_sessions
+
+    data_dir = _settings(args).data_dir
+    if args.action == "prune":
+        if args.older_than is None or not 0 <= args.older_than < float("inf"):
+            raise SettingsError("sessions prune needs --older-than DAYS (0 or more; 0 removes every kept session)")
+        sessions = prune_sessions(data_dir, args.older_than)
+        verb = "removed"
+    else:
+        sessions = kept_sessions(data_dir)
+        verb = "kept"
+    if args.json:
+        _print_json([kept.to_dict() for kept in sessions])
+        return 0
+    rows = [[kept.session_id, _when(kept.started), _when(kept.last_used), kept.workdir or "-", kept.model or "-",
+             f"{kept.size_bytes / 1e6:.1f} MB"] for kept in sessions]
+    total = sum(kept.size_bytes for kept in sessions)
+    rows.append([f"{len(sessions)} {verb}", "", "", "", "", f"{total / 1e6:.1f} MB"])
+    sys.stdout.write(render_table(["session", "started", "last used", "workdir", "model", "size"], rows))
+    return 0
+
+
+def _when(seconds: float | None) -> str:
+    return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(seconds))
 
 
 def _cmd_install_opencode(args: argparse.Namespace) -> int:
@@ -462,6 +491,16 @@ def _install_opencode_command(commands: argparse._SubParsersAction[_Parser]) -> 
     install.set_defaults(handler=_cmd_install_opencode)
 
 
+def _sessions_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sessions = commands.add_parser("sessions", help="list or prune the OpenCode sessions runs kept for --session")
+    sessions.add_argument("action", choices=("list", "prune"))
+    sessions.add_argument("--older-than", type=float, metavar="DAYS",
+                          help="prune: remove the sessions unused for more than DAYS days (0: all)")
+    sessions.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
+    sessions.add_argument("--json", action="store_true", help="print them as a JSON list")
+    sessions.set_defaults(handler=_cmd_sessions)
+
+
 def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the ledger, "
                                  "and with -m litellm_proxy/<group> the gateway, the key and the group")
@@ -509,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     _install_opencode_command(commands)
     _doctor_command(commands)
     _report_command(commands)
+    _sessions_command(commands)
     return parser
 
 

@@ -48,7 +48,7 @@ from .opencode.binary import find_opencode
 from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, ProcessExit, run_argv
 from .opencode.sandbox import resolve_sandbox
-from .opencode.sessions import session_directory
+from .opencode.sessions import prune_sessions, session_directory
 from .opencode.skills import Skill, load_skills
 from .opencode.watchdog import Watchdog
 from .opencode.workspace import Workspace
@@ -101,6 +101,8 @@ class Plan:
                 return conclude(Happened(run_id="", model=settings.model, mode=settings.mode, sandbox=self.sandbox,
                                          timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
                                          session_id=self.session_id, refusal=str(exc)))
+        if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
+            await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days, keep=self.session_id)
         own = None
         if ledger is None:
             own = ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts

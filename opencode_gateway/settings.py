@@ -105,6 +105,7 @@ class Settings:
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
     executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (ray_executor.py)
+    keep_sessions_days: float | None = 30.0  # kept sessions unused this long are pruned at a run's start
     # The environment, read once by validated(): the gateway's URL and key fall back to it, and
     # every credential in it is a secret to redact. None until then (read when asked).
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
@@ -231,6 +232,9 @@ def _check(settings: RunSettings) -> None:
     for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
         if not 0 < getattr(settings, name) < math.inf:
             raise SettingsError(f"{name} {getattr(settings, name)} is invalid: give a number of seconds above 0")
+    days = settings.keep_sessions_days
+    if days is not None and not 0 <= days < math.inf:
+        raise SettingsError(f"keep_sessions_days {days} is invalid: give a number of days, 0 or more (or null)")
     for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
         value = getattr(settings, name)
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit

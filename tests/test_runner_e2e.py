@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +272,30 @@ def test_a_missing_provider_key_names_the_variable_and_is_not_retried(
     assert str(result.error) == "no openai key is set: litellm reads it from OPENAI_API_KEY (or pass --api-key)"
     assert [(r.status_code, r.attempts) for r in result.requests] == [(401, 1)]
     assert upstream.requests == []
+
+
+def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    stale = settings.data_dir / "sessions" / "ses_stale"  # a session last used 31 days ago
+    (stale / "opencode").mkdir(parents=True)
+    (stale / "opencode" / "log").write_text("old")
+    month_ago = time.time() - 31 * 86_400
+    for path in (stale / "opencode" / "log", stale / "opencode", stale):
+        os.utime(path, (month_ago, month_ago))
+    upstream.script(Reply(text="Hello."))
+    result = run("Hi", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider", workdir=workdir,
+                 settings=settings.replace(keep_sessions_days=30))
+    assert result.ok and not stale.exists()  # pruned when the run started; the run's own is kept
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(settings.data_dir)}
+    listed = subprocess.run([sys.executable, "-m", "opencode_gateway", "sessions", "list", "--json"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    [kept] = json.loads(listed.stdout)
+    assert (kept["session_id"], kept["workdir"], kept["model"]) == (result.session_id, str(workdir), "openai/gpt-4o-mini")
+    assert kept["size_bytes"] > 0 and kept["started"] is not None
+    pruned = subprocess.run([sys.executable, "-m", "opencode_gateway", "sessions", "prune", "--older-than", "0"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert pruned.returncode == 0 and result.session_id in pruned.stdout and "1 removed" in pruned.stdout
+    assert not (settings.data_dir / "sessions" / str(result.session_id)).exists()
+    with pytest.raises(SettingsError, match="no kept session"):
+        run("Again", model="openai/gpt-4o-mini", workdir=workdir, session_id=result.session_id, settings=settings)

@@ -1,4 +1,4 @@
-"""What a kept OpenCode session says about itself: the folder it belongs to.
+"""The sessions runs keep for `--session`: what each says about itself, and pruning them.
 
 OpenCode 1.18 continues a session (`--session ID`) in the folder the session was started in,
 whatever folder `opencode run` was started in: it answers the prompt there, tools included, but
@@ -6,30 +6,96 @@ the run command waits for the session to go idle in its own folder and never exi
 continues a session must run in the session's folder, and the runner checks that before OpenCode
 starts. The folder is in OpenCode's own database (`opencode/opencode.db` under the session's data
 home, table `session`, column `directory`); it is read read-only, and a database this version does
-not know reads as "unknown", not as an error.
+not know reads as "unknown", not as an error. Each kept session is about a megabyte: they are
+pruned after `keep_sessions_days` without use, and by `opencode-gateway sessions prune`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import shutil
 import sqlite3
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["session_directory"]
+__all__ = ["KeptSession", "kept_sessions", "prune_sessions", "session_directory"]
 
 
 def session_directory(data_home: Path, session_id: str) -> Path | None:
     """The folder OpenCode started session `session_id` in, from the data home it is kept in;
     None when the store does not say (no database, another schema, locked for longer than 2 s)."""
-    database = data_home / "opencode" / "opencode.db"
+    row = _session_row(data_home, session_id)
+    return Path(row[2]) if row is not None and isinstance(row[2], str) and row[2] else None
+
+
+@dataclass(frozen=True)
+class KeptSession:
+    """A session a run kept (under `<data dir>/sessions/`), for `--session`."""
+
+    session_id: str
+    path: Path
+    started: float | None  # Unix seconds, as OpenCode recorded it
+    last_used: float  # Unix seconds: OpenCode's last update, else the store's newest file
+    workdir: str | None
+    model: str | None
+    size_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "started": self.started, "last_used": self.last_used,
+                "workdir": self.workdir, "model": self.model, "size_bytes": self.size_bytes, "path": str(self.path)}
+
+
+def _session_row(store: Path, session_id: str) -> tuple[Any, ...] | None:
+    database = store / "opencode" / "opencode.db"
     if not database.is_file():
         return None
     with contextlib.suppress(sqlite3.Error):
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
-            row = connection.execute("SELECT directory FROM session WHERE id = ?", (session_id,)).fetchone()
+            row = connection.execute("SELECT time_created, time_updated, directory, model FROM session WHERE id = ?",
+                                     (session_id,)).fetchone()
+            return None if row is None else tuple(row)
         finally:
             connection.close()
-        if row is not None and isinstance(row[0], str) and row[0]:
-            return Path(row[0])
     return None
+
+
+def _model(text: Any) -> str | None:
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return str(json.loads(text)["id"])
+    return None
+
+
+def kept_sessions(data_dir: Path) -> list[KeptSession]:
+    """Every kept session, the least recently used first."""
+    root = data_dir / "sessions"
+    found = []
+    for store in sorted(root.iterdir()) if root.is_dir() else ():
+        if not store.is_dir() or store.is_symlink():
+            continue
+        files = [path for path in store.rglob("*") if path.is_file() and not path.is_symlink()]
+        newest = max((path.stat().st_mtime for path in files), default=store.stat().st_mtime)
+        row = _session_row(store, store.name)
+        created, updated, directory, model = row if row is not None else (None, None, None, None)
+        found.append(KeptSession(
+            session_id=store.name, path=store, started=created / 1000 if isinstance(created, (int, float)) else None,
+            last_used=max(newest, updated / 1000 if isinstance(updated, (int, float)) else 0.0),
+            workdir=directory if isinstance(directory, str) else None, model=_model(model),
+            size_bytes=sum(path.stat().st_size for path in files)))
+    return sorted(found, key=lambda kept: kept.last_used)
+
+
+def prune_sessions(data_dir: Path, older_than_days: float, *, keep: str | None = None,
+                   now: float | None = None) -> list[KeptSession]:
+    """Remove the kept sessions last used more than `older_than_days` ago (0: every one) but
+    `keep`; return what was removed."""
+    cutoff = (time.time() if now is None else now) - older_than_days * 86_400
+    removed = []
+    for kept in kept_sessions(data_dir):
+        if kept.session_id != keep and (older_than_days <= 0 or kept.last_used < cutoff):
+            shutil.rmtree(kept.path, ignore_errors=True)
+            removed.append(kept)
+    return removed
