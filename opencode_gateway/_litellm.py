@@ -18,9 +18,12 @@ def load() -> Any:
     """litellm, imported with its bundled price map (never fetched from the internet) and quiet.
 
     litellm's settings are process-wide: when the host program imported it first, they are the
-    host's, and stay as it set them."""
+    host's, and stay as it set them. (`import` is what waits for an import under way in another
+    thread, e.g. the run's warm-up: sys.modules holds the module half-initialised meanwhile.)"""
     if "litellm" in sys.modules:
-        return sys.modules["litellm"]
+        import litellm
+
+        return litellm
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 

@@ -25,7 +25,7 @@ from opencode_gateway.errors import (
     UpstreamError,
 )
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
-from opencode_gateway.opencode.lines import ToolResult
+from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.settings import Settings
 
 pytestmark = pytest.mark.e2e
@@ -299,3 +299,16 @@ def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
     assert not (settings.data_dir / "sessions" / str(result.session_id)).exists()
     with pytest.raises(SettingsError, match="no kept session"):
         run("Again", model="openai/gpt-4o-mini", workdir=workdir, session_id=result.session_id, settings=settings)
+
+
+def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(Reply(reasoning="First, the user wants a greeting.", text="Hello.", usage=usage(100, 20)))
+    result = run("Hi", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider", workdir=workdir,
+                 settings=settings)
+    assert result.ok and result.text == "Hello."
+    [reasoning] = [e for e in result.events if isinstance(e, Reasoning)]
+    assert reasoning.text == "First, the user wants a greeting."
+    assert {"type": "reasoning", "session_id": result.session_id, "text": "First, the user wants a greeting.",
+            "message_id": reasoning.message_id} in result.to_dict()["events"]

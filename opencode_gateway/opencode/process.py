@@ -40,8 +40,10 @@ def _tagged(tag: bytes) -> list[int]:
 
 def run_argv(binary: str, model: str, agent: str, session_id: str | None = None) -> list[str]:
     """`opencode run` for one headless turn; the prompt goes on stdin, never in argv (OpenCode
-    quotes argv words that contain spaces, and argv is visible to every local user)."""
-    argv = [binary, "run", "--format", "json", "-m", model, "--agent", agent, "--title", RUN_TITLE, "--pure"]
+    quotes argv words that contain spaces, and argv is visible to every local user). With
+    `--thinking`, OpenCode prints the reasoning the model streams (without, it drops it)."""
+    argv = [binary, "run", "--format", "json", "-m", model, "--agent", agent, "--title", RUN_TITLE, "--pure",
+            "--thinking"]
     if session_id:
         argv += ["--session", session_id]
     return argv
