@@ -45,7 +45,7 @@ class RunOptions(TypedDict, total=False):
     api_base: str | None
     api_key: str | None
     workdir: str | os.PathLike[str]
-    permissions: str
+    permissions: str | None
     disable_tools: Sequence[str]
     agent: str
     metadata: Mapping[str, Any]

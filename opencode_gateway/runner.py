@@ -154,6 +154,7 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     if not cwd.is_dir():
         raise SettingsError(f"workdir {cwd} is not a directory")
     oc_config.check_user_config(settings.opencode_config)
+    oc_config.check_agent(settings.agent, settings.opencode_config)
     oc_config.permission_rules(settings.permissions, settings.disable_tools)
     loaded_skills = load_skills(settings.skills)
     if loaded_skills and "skill" in settings.disable_tools:

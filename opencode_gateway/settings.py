@@ -33,8 +33,9 @@ ENV_PREFIX = "os.environ/"
 FILE_PREFIX = "file:"
 
 
-def check_permissions(mode: str) -> None:
-    if mode not in PERMISSION_MODES:
+def check_permissions(mode: str | None) -> None:
+    """A permission mode, or None: the agent's own (build's is full; plan's forbids edits)."""
+    if mode is not None and mode not in PERMISSION_MODES:
         hint = " (a headless run cannot answer permission prompts)" if mode == "ask" else ""
         raise SettingsError(f"permissions {mode!r} is not supported{hint}: use one of {', '.join(PERMISSION_MODES)}")
 
@@ -77,7 +78,7 @@ class Settings:
     api_key: str | None = field(default=None, repr=False)
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=_frozen)
-    permissions: str = "full"
+    permissions: str | None = None  # None: the agent's own restrictions (build has none: full)
     disable_tools: tuple[str, ...] = ()
     agent: str = "build"
     instructions: str | None = None  # extra system instructions for every run (text)

@@ -312,3 +312,20 @@ def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
     assert reasoning.text == "First, the user wants a greeting."
     assert {"type": "reasoning", "session_id": result.session_id, "text": "First, the user wants a greeting.",
             "message_id": reasoning.message_id} in result.to_dict()["events"]
+
+
+def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(*write_then_answer(workdir / "hello.py"))
+    planned = run("Write hello.py", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+                  workdir=workdir, agent="plan", settings=settings)
+    assert not (workdir / "hello.py").exists()  # plan forbids edits
+    [refused] = [e for e in planned.events if isinstance(e, ToolResult)]
+    assert refused.is_error and refused.native_tool == "write"
+    upstream.script(*write_then_answer(workdir / "hello.py"))
+    allowed = run("Write hello.py", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+                  workdir=workdir, agent="plan", permissions="full", settings=settings)
+    assert allowed.ok and (workdir / "hello.py").exists()  # given on purpose, the permissions win
+    with pytest.raises(SettingsError, match="agent 'plna' is not available: use one of build, plan"):
+        run("Hi", model="openai/gpt-4o-mini", workdir=workdir, agent="plna", settings=settings)

@@ -22,6 +22,7 @@ __all__ = [
     "TOOLS",
     "build_config",
     "build_env",
+    "check_agent",
     "check_user_config",
     "make_private_dirs",
     "opencode_model",
@@ -80,13 +81,17 @@ def opencode_model(model: str) -> str:
     return f"{PROVIDER_ID}/{model}"
 
 
-def permission_rules(mode: str, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
+def permission_rules(mode: str | None, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
     """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
     them from the tools offered to the model). `readable_dirs` lie outside the workdir but may be
-    read in every mode: the run's skills, whose files a skill tells the model to read."""
+    read in every mode: the run's skills, whose files a skill tells the model to read. Mode None
+    sets no blanket rule, so an agent's own restrictions apply (a blanket allow would override
+    them: `plan` would edit)."""
     check_permissions(mode)
     rules: dict[str, Any]
-    if mode == "full":
+    if mode is None:
+        rules = {}
+    elif mode == "full":
         rules = {"*": "allow"}
     else:
         rules = {"*": "deny", **dict.fromkeys(_READ_ONLY_ALLOWED, "allow")}
@@ -102,6 +107,21 @@ def permission_rules(mode: str, disable_tools: Iterable[str] = (), readable_dirs
             raise SettingsError(f"cannot disable tool {tool!r}: known tools are {', '.join(TOOLS)}")
         rules.update(dict.fromkeys(TOOLS[tool], "deny"))
     return rules
+
+
+BUILT_IN_AGENTS = ("build", "plan")  # OpenCode 1.18's primary agents; general and explore are subagents
+
+
+def check_agent(agent: str, user_config: Mapping[str, Any]) -> None:
+    """An agent a run can use: a built-in primary agent, or one the settings define (not as a
+    subagent). OpenCode itself falls back to `build` on any other name, silently for the result."""
+    defined = {name: entry for section in ("agent", "mode")
+               for name, entry in (user_config.get(section) or {}).items()}
+    available = [*BUILT_IN_AGENTS, *(name for name, entry in defined.items() if name not in BUILT_IN_AGENTS
+                                     and not (isinstance(entry, Mapping) and entry.get("mode") == "subagent"))]
+    if agent not in available:
+        raise SettingsError(f"agent {agent!r} is not available: use one of {', '.join(available)} (or define it "
+                            "under opencode_config.agent in the settings)")
 
 
 def check_user_config(config: Mapping[str, Any]) -> None:
@@ -136,7 +156,8 @@ def build_config(
     model: str,
     base_url: str,
     api_key_ref: str,
-    permissions: str = "full",
+    permissions: str | None = None,
+    agent: str = "build",
     disable_tools: Sequence[str] = (),
     user_config: Mapping[str, Any] | None = None,
     instructions: Sequence[str] = (),
@@ -161,7 +182,9 @@ def build_config(
         "small_model": opencode_model(model),
         "autoupdate": False,
         "share": "disabled",
-        "permission": permission_rules(permissions, disable_tools, readable_dirs),
+        # Not given, the permissions are the agent's own; build has no restrictions: full.
+        "permission": permission_rules(permissions or ("full" if agent == "build" else None), disable_tools,
+                                       readable_dirs),
     }
     if instructions:
         managed["instructions"] = [*user_config.get("instructions", ()), *instructions]

@@ -62,7 +62,7 @@ class Workspace:
         """The isolated opencode.json (also written to the private dir, for a person to read)."""
         config = oc_config.build_config(
             model=settings.model, base_url=base_url, api_key_ref=f"{{file:{token_file}}}",
-            permissions=settings.permissions, disable_tools=settings.disable_tools,
+            permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
             user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -10,6 +10,7 @@ import pytest
 from opencode_gateway.errors import ConfigConflict, SettingsError
 from opencode_gateway.opencode.config import (
     build_config,
+    check_agent,
     build_env,
     permission_rules,
     seed_config_dir,
@@ -168,3 +169,23 @@ def test_skill_dirs_stay_readable_when_everything_else_outside_is_denied() -> No
     assert list(rules).index("external_directory") > list(rules).index("*")  # the last matching rule wins
     assert "external_directory" not in permission_rules("read-only")
     assert permission_rules("full", readable_dirs=["/x"]) == permission_rules("full")  # "*": "allow" covers it
+
+
+def test_without_a_mode_the_agent_keeps_its_own_restrictions_but_never_asks() -> None:
+    assert permission_rules(None) == {"question": "deny", "doom_loop": "deny"}
+    plan = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", agent="plan")
+    assert "*" not in plan["permission"]  # no blanket allow over plan's own denial of edits
+    build = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}")
+    assert build["permission"]["*"] == "allow"  # build's own: everything
+    explicit = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", agent="plan",
+                            permissions="full")
+    assert explicit["permission"]["*"] == "allow"  # given on purpose, it wins
+
+
+def test_an_agent_is_a_built_in_primary_one_or_one_the_settings_define() -> None:
+    check_agent("plan", {})
+    check_agent("reviewer", {"agent": {"reviewer": {"prompt": "Review."}}})
+    with pytest.raises(SettingsError, match="agent 'plna' is not available: use one of build, plan, reviewer"):
+        check_agent("plna", {"agent": {"reviewer": {}, "helper": {"mode": "subagent"}}})
+    with pytest.raises(SettingsError, match="use one of build, plan \\("):
+        check_agent("explore", {})  # a subagent: OpenCode would run build instead
