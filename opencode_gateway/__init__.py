@@ -26,6 +26,7 @@ from .errors import (
     PreflightError,
     RunTimeout,
     SettingsError,
+    TurnLimitReached,
     UpstreamError,
 )
 from .files import FileChange
@@ -51,6 +52,7 @@ __all__ = [
     "RunTimeout",
     "Settings",
     "SettingsError",
+    "TurnLimitReached",
     "UpstreamError",
     "arun",
     "astream",

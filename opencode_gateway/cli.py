@@ -354,6 +354,7 @@ def _budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
     parser.add_argument("--max-cost", type=float, metavar="USD", help=f"stop {of} before it spends more")
     parser.add_argument("--max-requests", type=int, metavar="N", help=f"stop {of} after N upstream calls")
     parser.add_argument("--max-tokens", type=int, metavar="N", help=f"stop {of} after N input+output tokens")
+    parser.add_argument("--max-turns", type=int, metavar="N", help=f"stop {of} after N main-model requests")
 
 
 def _sandbox_flags(parser: argparse.ArgumentParser) -> None:

@@ -12,8 +12,17 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .accounting.budget import Refusal
 from .accounting.records import RequestRecord, totals
-from .errors import BudgetExceeded, GatewayError, OpenCodeError, OpenCodeFailed, RunTimeout, UpstreamError
+from .errors import (
+    BudgetExceeded,
+    GatewayError,
+    OpenCodeError,
+    OpenCodeFailed,
+    RunTimeout,
+    TurnLimitReached,
+    UpstreamError,
+)
 from .files import FileChange
 from .litellm_gateway.protocol import is_budget_error
 from .opencode.lines import Error, Event
@@ -38,7 +47,7 @@ class Happened:
     events: tuple[Event, ...] = ()
     session_id: str | None = None
     fatal: RequestRecord | None = None  # the failed request that ended the run
-    refusal: str | None = None  # why the account refused a call (a budget), which ended the run
+    refusal: Refusal | None = None  # why the account refused a call (a budget, the turn cap): it ended the run
     warnings: tuple[str, ...] = ()  # of the runner's own: no sandbox, a budget overshoot, ...
     files: tuple[FileChange, ...] = ()
     duration_s: float = 0.0
@@ -70,7 +79,9 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
 
 def _ending(happened: Happened) -> tuple[str, GatewayError | None]:
     if happened.refusal is not None:
-        return "budget_exceeded", BudgetExceeded(happened.refusal)
+        if happened.refusal.limit == "max_turns":
+            return "max_turns", TurnLimitReached(str(happened.refusal))
+        return "budget_exceeded", BudgetExceeded(str(happened.refusal))
     if happened.exit.timed_out:
         return "timeout", RunTimeout(f"the run exceeded its timeout of {happened.timeout:g} s and OpenCode was "
                                      "stopped")

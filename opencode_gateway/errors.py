@@ -19,6 +19,7 @@ __all__ = [
     "PreflightError",
     "RunTimeout",
     "SettingsError",
+    "TurnLimitReached",
     "UpstreamError",
     "one_line",
 ]
@@ -108,6 +109,11 @@ class LedgerError(GatewayError):
 
 class BudgetExceeded(GatewayError):
     """The run reached one of its limits (max_cost, max_requests, max_tokens) and was stopped."""
+
+
+class TurnLimitReached(GatewayError):
+    """The run made its `max_turns` main-model requests and OpenCode was stopped (its answer so far
+    is the result's text): raise --max-turns, or continue the session with --session."""
 
 
 class RunTimeout(GatewayError):

@@ -48,7 +48,8 @@ class Launch:
 
     def to_request(self) -> dict[str, Any]:
         budget = {k: v for k, v in (("max_cost", self.budget.max_cost), ("max_requests", self.budget.max_requests),
-                                    ("max_tokens", self.budget.max_tokens)) if v is not None}
+                                    ("max_tokens", self.budget.max_tokens), ("max_turns", self.budget.max_turns))
+                  if v is not None}
         return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget}
 
     @classmethod

@@ -33,7 +33,7 @@ class RunOptions(TypedDict, total=False):
     output: a JSON schema (dict) or a pydantic model class; RunResult.output is the answer's
         JSON object, validated, and OutputInvalid is raised when the run gives none.
     session_id: an earlier RunResult.session_id, to continue that OpenCode session (in its folder).
-    timeout, max_cost, max_requests, max_tokens: the run's limits.
+    timeout, max_cost, max_requests, max_tokens, max_turns: the run's limits (max_turns: main-model requests).
     opencode_bin: the opencode binary to run.
     sandbox: "auto" (default: bubblewrap when it works here), "bwrap" or "none"; RunResult.sandbox
         says what the run had.
@@ -58,6 +58,7 @@ class RunOptions(TypedDict, total=False):
     max_cost: float | None
     max_requests: int | None
     max_tokens: int | None
+    max_turns: int | None
     opencode_bin: str | None
     sandbox: str
     settings: Settings
@@ -67,7 +68,7 @@ class RunOptions(TypedDict, total=False):
 
 PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
 TASK_OPTIONS = ("model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent", "instructions",
-                "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens")
+                "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens", "max_turns")
 
 
 def task_kinds() -> dict[str, tuple[type, ...]]:

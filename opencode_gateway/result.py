@@ -20,7 +20,7 @@ class RunResult:
     run_id: str
     text: str  # the final answer: the text of the last step that produced text
     session_id: str | None
-    stop_reason: str  # "done", "error", "timeout", "budget_exceeded"
+    stop_reason: str  # "done", "error", "timeout", "budget_exceeded", "max_turns"
     model: str
     mode: str  # "sdk" or "gateway"
     usage: RunUsage

@@ -29,6 +29,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from . import _litellm
+from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
@@ -100,7 +101,7 @@ class Plan:
             except BudgetExceeded as exc:  # spent before the run: it ends as a refusal would, unstarted
                 return conclude(Happened(run_id="", model=settings.model, mode=settings.mode, sandbox=self.sandbox,
                                          timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
-                                         session_id=self.session_id, refusal=str(exc)))
+                                         session_id=self.session_id, refusal=Refusal("budget", str(exc))))
         if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
             await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days, keep=self.session_id)
         own = None
@@ -272,7 +273,7 @@ class _Run:
                                   on_record=self.recorded, ledger=ledger)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
-        self.refusal: str | None = None  # the budget refusal that did
+        self.refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
         self.process: OpenCodeProcess | None = None
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()

@@ -93,6 +93,7 @@ class Settings:
     max_cost: float | None = None  # USD per run
     max_requests: int | None = None  # upstream calls per run
     max_tokens: int | None = None  # input + output tokens per run
+    max_turns: int | None = None  # main-model requests per run (OpenCode's own step limit is soft)
     budgets: Mapping[str, Budget] = field(default_factory=_frozen)  # per model or group: the defaults
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0
@@ -125,7 +126,7 @@ class Settings:
     def budget_for(self, model: str) -> Budget:
         """The limits of a run on `model`."""
         default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
-        return Budget(self.max_cost, self.max_requests, self.max_tokens).or_else(default)
+        return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(default)
 
     @property
     def ledger_path(self) -> Path:
@@ -236,7 +237,7 @@ def _check(settings: RunSettings) -> None:
     days = settings.keep_sessions_days
     if days is not None and not 0 <= days < math.inf:
         raise SettingsError(f"keep_sessions_days {days} is invalid: give a number of days, 0 or more (or null)")
-    for name in ("max_cost", "max_requests", "max_tokens", "max_body_bytes", "diff_max_bytes"):
+    for name in ("max_cost", "max_requests", "max_tokens", "max_turns", "max_body_bytes", "diff_max_bytes"):
         value = getattr(settings, name)
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
             raise SettingsError(f"{name} {value} is invalid: give a number above 0")

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from opencode_gateway.accounting.budget import Refusal
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.conclusion import Happened, conclude
@@ -14,6 +15,7 @@ from opencode_gateway.errors import (
     OpenCodeError,
     OpenCodeFailed,
     RunTimeout,
+    TurnLimitReached,
     UpstreamError,
 )
 from opencode_gateway.opencode.lines import Error, StepStart, Text
@@ -45,7 +47,8 @@ def test_a_run_that_exited_cleanly_is_done_with_its_last_steps_text_and_totals()
 
 
 def test_a_budget_refusal_ends_it_as_budget_exceeded_whatever_else_happened() -> None:
-    result = conclude(happened(refusal="run budget exceeded: max_requests is 1", exit=ProcessExit(None, "", True, True),
+    result = conclude(happened(refusal=Refusal("max_requests", "run budget exceeded: max_requests is 1"),
+                               exit=ProcessExit(None, "", True, True),
                                fatal=record(500, "boom")))
     assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
     assert "max_requests is 1" in str(result.error)
@@ -108,3 +111,10 @@ def test_requested_output_is_parsed_from_the_answer_or_is_an_output_invalid() ->
 def test_unpriced_requests_make_the_cost_unknown_and_say_so() -> None:
     result = conclude(happened(records=(record(), record(cost=None))))
     assert result.cost is None and any("no price is known for model m" in w for w in result.warnings)
+
+
+def test_the_turn_cap_ends_it_as_max_turns_keeping_the_text_so_far() -> None:
+    result = conclude(happened(refusal=Refusal("max_turns", "turn limit reached: max_turns is 2"),
+                               exit=ProcessExit(None, "", False, True)))
+    assert result.stop_reason == "max_turns" and isinstance(result.error, TurnLimitReached)
+    assert result.text == "Done." and not result.ok

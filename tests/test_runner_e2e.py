@@ -22,6 +22,7 @@ from opencode_gateway.errors import (
     OpenCodeNotFound,
     RunTimeout,
     SettingsError,
+    TurnLimitReached,
     UpstreamError,
 )
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
@@ -329,3 +330,24 @@ def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
     assert allowed.ok and (workdir / "hello.py").exists()  # given on purpose, the permissions win
     with pytest.raises(SettingsError, match="agent 'plna' is not available: use one of build, plan"):
         run("Hi", model="openai/gpt-4o-mini", workdir=workdir, agent="plna", settings=settings)
+
+
+def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_far(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(
+        Reply(text="Step one: writing a.txt.", tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"),
+                                                                              "content": "a"})], usage=usage(100, 5)),
+        Reply(text="Step two.", tool_calls=[ToolCall("write", {"filePath": str(workdir / "b.txt"), "content": "b"})],
+              usage=usage(200, 5)),
+        Reply(text="All done.", usage=usage(300, 5)),
+    )
+    result = run("Write two files", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+                 workdir=workdir, max_turns=1, settings=settings)
+    assert result.stop_reason == "max_turns" and isinstance(result.error, TurnLimitReached)
+    assert "max_turns is 1" in str(result.error) and result.text == "Step one: writing a.txt."
+    assert len(upstream.requests) == 1 and (workdir / "a.txt").exists() and not (workdir / "b.txt").exists()
+    assert [(r.purpose, r.cost.source) for r in result.requests] == [("main", "litellm"), ("main", "refused")]
+    report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "purpose", "--ledger",
+                             str(settings.ledger_path), "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert [(g["key"], g["requests"]) for g in json.loads(report.stdout)["groups"]] == [("main", 2)]

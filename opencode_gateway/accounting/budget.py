@@ -14,9 +14,20 @@ from typing import Any
 from ..errors import SettingsError
 from .records import RequestRecord
 
-__all__ = ["Budget", "Spent"]
+__all__ = ["Budget", "Refusal", "Spent"]
 
-_LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,)}
+_LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,), "max_turns": (int,)}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a call may not start: the limit it would pass, and a message that names it."""
+
+    limit: str  # max_cost, max_requests, max_tokens, max_turns (or "budget": a gateway's, before the run)
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,7 @@ class Budget:
     max_cost: float | None = None  # USD, of the requests that could be priced
     max_requests: int | None = None  # upstream calls
     max_tokens: int | None = None  # input + output tokens
+    max_turns: int | None = None  # main-model requests: the agent's turns (background calls are not)
 
     @classmethod
     def from_setting(cls, where: str, setting: Any) -> Budget:
@@ -37,7 +49,7 @@ class Budget:
         return cls(**setting)
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.max_cost, self.max_requests, self.max_tokens))
+        return any(v is not None for v in (self.max_cost, self.max_requests, self.max_tokens, self.max_turns))
 
     def or_else(self, fallback: Budget | None) -> Budget:
         """These limits, with the ones not set taken from `fallback`."""
@@ -45,21 +57,30 @@ class Budget:
             return self
         return Budget(self.max_cost if self.max_cost is not None else fallback.max_cost,
                       self.max_requests if self.max_requests is not None else fallback.max_requests,
-                      self.max_tokens if self.max_tokens is not None else fallback.max_tokens)
+                      self.max_tokens if self.max_tokens is not None else fallback.max_tokens,
+                      self.max_turns if self.max_turns is not None else fallback.max_turns)
 
-    def refusal(self, spent: Spent) -> str | None:
-        """Why the next call may not start after `spent`, or None."""
+    def refusal(self, spent: Spent, *, turn: bool = True) -> Refusal | None:
+        """Why the next call (a turn of the agent's, or a background call) may not start after
+        `spent`, or None."""
+        if turn and self.max_turns is not None and spent.turns >= self.max_turns:
+            return Refusal("max_turns", f"turn limit reached: max_turns is {self.max_turns} and the run made "
+                                        f"{spent.turns} main-model requests")
         if self.max_requests is not None and spent.requests >= self.max_requests:
-            return f"run budget exceeded: max_requests is {self.max_requests} and {spent.requests} requests were made"
+            return Refusal("max_requests", f"run budget exceeded: max_requests is {self.max_requests} and "
+                                           f"{spent.requests} requests were made")
         if self.max_tokens is not None and spent.tokens >= self.max_tokens:
-            return f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used {spent.tokens:,} tokens"
+            return Refusal("max_tokens", f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used "
+                                         f"{spent.tokens:,} tokens")
         if self.max_cost is not None and spent.cost >= self.max_cost:
-            return f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost ${spent.cost:.6f}"
+            return Refusal("max_cost", f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost "
+                                       f"${spent.cost:.6f}")
         return None
 
     def allows(self, spent: Spent) -> bool:
         """Whether `spent` (what was spent, and reserved, with the next call) stays within every limit."""
-        return ((self.max_requests is None or spent.requests <= self.max_requests)
+        return ((self.max_turns is None or spent.turns <= self.max_turns)
+                and (self.max_requests is None or spent.requests <= self.max_requests)
                 and (self.max_tokens is None or spent.tokens <= self.max_tokens)
                 and (self.max_cost is None or spent.cost <= self.max_cost))
 
@@ -77,16 +98,20 @@ class Budget:
 
 @dataclass(frozen=True)
 class Spent:
-    """What counts against a budget: calls, input + output tokens, USD of the priced calls."""
+    """What counts against a budget: calls, input + output tokens, USD of the priced calls, and
+    the agent's turns (its main-model calls)."""
 
     requests: int = 0
     tokens: int = 0
     cost: float = 0.0
+    turns: int = 0
 
     @classmethod
     def of(cls, record: RequestRecord) -> Spent:
         usage = record.usage
-        return cls(1, usage.input_tokens + usage.output_tokens if usage else 0, record.cost.usd or 0.0)
+        return cls(1, usage.input_tokens + usage.output_tokens if usage else 0, record.cost.usd or 0.0,
+                   int(record.purpose == "main"))
 
     def __add__(self, other: Spent) -> Spent:
-        return Spent(self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost)
+        return Spent(self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost,
+                     self.turns + other.turns)

@@ -77,6 +77,8 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
     # The process that runs the run (host:pid:start time): a run whose process is gone is abandoned.
     "ALTER TABLE runs ADD COLUMN owner TEXT",
+    # What a request was for: main, title, summary, compaction (NULL in older rows: main).
+    "ALTER TABLE requests ADD COLUMN purpose TEXT",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -278,14 +280,14 @@ class Ledger:
     def record_request(self, run_id: str, record: RequestRecord) -> None:
         usage = record.usage
         self._submit(self._write, "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                     "?, ?, ?, ?)", (
+                     "?, ?, ?, ?, ?)", (
                          record.request_id, run_id, record.session_id, record.response_id, record.model,
                          record.upstream_model, record.status_code, int(record.stream),
                          usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
                          usage.cache_read_tokens if usage else 0, usage.cache_write_tokens if usage else 0,
                          usage.reasoning_tokens if usage else 0, int(record.usage_missing), int(record.estimated),
                          record.cost.usd, record.cost.source, record.attempts, record.error, record.started_at,
-                         record.ttfb_s, record.duration_s))
+                         record.ttfb_s, record.duration_s, record.purpose))
 
     def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
                    error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:

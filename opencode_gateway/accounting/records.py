@@ -30,6 +30,7 @@ class RequestRecord:
     estimated: bool = False  # `usage` was estimated with litellm's token counter
     response_id: str | None = None  # the upstream's id of the call (chatcmpl-...)
     session_id: str | None = None  # the OpenCode session that made it (x-session-id)
+    purpose: str = "main"  # main, or a background call: title, summary, compaction (opencode/purpose.py)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +56,7 @@ class RequestRecord:
             "error": self.error,
             "response_id": self.response_id,
             "session_id": self.session_id,
+            "purpose": self.purpose,
         }
 
 

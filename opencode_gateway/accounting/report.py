@@ -30,6 +30,7 @@ BUILT_IN_GROUPS: Mapping[str, str] = {
     "workdir": "r.workdir",
     "project": "r.workdir",  # ccusage's word for it
     "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
+    "purpose": "COALESCE(q.purpose, 'main')",  # main, title, summary, compaction
 }
 DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")

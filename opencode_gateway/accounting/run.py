@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import Budget, Spent
+from .budget import Budget, Refusal, Spent
 from .ledger import RunLedger
 from .pricing import Pricer
 from .records import RequestRecord, RunUsage
@@ -103,7 +103,7 @@ class RunAccount:
         self.on_record = on_record
         self.ledger = ledger
         self.totals = Totals()
-        self.refusal: str | None = None  # why the first refused call was refused
+        self.refusal: Refusal | None = None  # why the first refused call was refused
         self.finished = False
         self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}
@@ -162,22 +162,24 @@ class RunAccount:
         if self.on_record is not None:
             self.on_record(record)
 
-    def reserve(self, body: Mapping[str, Any], models: Sequence[str]) -> Spent:
+    def reserve(self, body: Mapping[str, Any], models: Sequence[str], purpose: str = "main") -> Spent:
         """A call's reservation: one request, its estimated tokens, and their price (0 when no
-        price is known, or when no cost limit needs one: pricing may import litellm)."""
+        price is known, or when no cost limit needs one: pricing may import litellm), and a turn
+        when it is one of the agent's (`purpose` main)."""
+        turn = int(purpose == "main")
         if not self.budget:
-            return Spent(1)
+            return Spent(1, turns=turn)
         usage = reservation_usage(body)
         usd = self.pricer.price(usage, models).usd if self.budget.max_cost is not None else None
-        return Spent(1, usage.input_tokens + usage.output_tokens, usd or 0.0)
+        return Spent(1, usage.input_tokens + usage.output_tokens, usd or 0.0, turn)
 
-    async def admit(self, request_id: str, reservation: Spent) -> str | None:
+    async def admit(self, request_id: str, reservation: Spent) -> Refusal | None:
         """None, with the call's reservation held, when it may start; else why not. A call that
         waits for the calls in flight waits at most `_MAX_WAIT_S` (a call that ended without a
         word must not hold the run forever), then is decided on what was spent."""
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
         while True:
-            refusal = self.budget.refusal(self.spent)  # exact: what ended calls spent
+            refusal = self.budget.refusal(self.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
             if refusal is not None:
                 self._refused.add(request_id)
                 self.refusal = self.refusal or refusal

@@ -32,6 +32,7 @@ from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
+from ..opencode.purpose import request_purpose
 from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import (
     StreamStalled,
@@ -190,17 +191,18 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
                       else endpoint.target(request.headers, body.get("model")))
         except BadRequest as exc:
             return error_response(str(exc), 400, "invalid_request_error")
+        purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         body = _forwarded(body, target)
         stream = bool(body.get("stream"))
-        call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"))
+        call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)
         if endpoint.follows is not None:
             await endpoint.follows(call.session_id, body)
         account = target.account
-        reservation = account.reserve(body, [target.model, target.upstream.model])
+        reservation = account.reserve(body, [target.model, target.upstream.model], purpose)
         refusal = await account.admit(call.request_id, reservation)
         if refusal:
-            call.record(429, None, Cost(0.0, "refused"), None, refusal)
-            return error_response(refusal, 429, "budget_exceeded")
+            call.record(429, None, Cost(0.0, "refused"), None, str(refusal))
+            return error_response(str(refusal), 429, "budget_exceeded")
         try:
             reply = await call.forward(forwarded_headers(request.headers))
         except BaseException:  # OpenCode went away before the upstream answered: nothing to record
@@ -237,12 +239,13 @@ class _Call:
     """One request's timing and accounting, from forwarding to its record."""
 
     def __init__(self, endpoint: Endpoint, target: Target, stream: bool, body: dict[str, Any],
-                 session_id: str | None) -> None:
+                 session_id: str | None, purpose: str = "main") -> None:
         self.endpoint = endpoint
         self.target = target
         self.stream = stream
         self.body = body
         self.session_id = session_id
+        self.purpose = purpose
         self.request_id = uuid.uuid4().hex
         self.started_at = time.time()
         self.started = time.monotonic()
@@ -284,7 +287,7 @@ class _Call:
             status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
             duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
             error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
-            estimated=estimated, response_id=response_id, session_id=self.session_id,
+            estimated=estimated, response_id=response_id, session_id=self.session_id, purpose=self.purpose,
         )
         self.target.account.add(record)
 

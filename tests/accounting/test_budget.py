@@ -11,9 +11,9 @@ from opencode_gateway.errors import SettingsError
 def test_each_limit_refuses_once_reached_naming_the_figures() -> None:
     budget = Budget(max_cost=0.01, max_requests=3, max_tokens=5000)
     assert budget.refusal(Spent(1, 1100, 0.004)) is None
-    assert "max_cost is $0.01 and the run cost $0.012000" in (budget.refusal(Spent(2, 202, 0.012)) or "")
-    assert "max_requests is 3 and 3 requests were made" in (budget.refusal(Spent(3, 6, 0.0)) or "")
-    assert "max_tokens is 5,000 and the run used 6,000" in (budget.refusal(Spent(1, 6000, 0.0)) or "")
+    assert "max_cost is $0.01 and the run cost $0.012000" in str(budget.refusal(Spent(2, 202, 0.012)))
+    assert "max_requests is 3 and 3 requests were made" in str(budget.refusal(Spent(3, 6, 0.0)))
+    assert "max_tokens is 5,000 and the run used 6,000" in str(budget.refusal(Spent(1, 6000, 0.0)))
 
 
 def test_a_reservation_fits_only_within_every_limit() -> None:

@@ -1,0 +1,45 @@
+"""What an OpenCode request is for: the work itself, or one of its background calls.
+
+OpenCode 1.18 sends, besides the agent's own turns, a title request ("You are a title generator",
+skipped when the run names its title), a compaction request when the context overflows ("You are a
+context summarization agent") and a session summary ("Summarize what was done in this
+conversation"), each with a prompt of its own (read from OpenCode's bundled code). A request is
+background only when its *first system message* starts with such a prompt, or, for the summary,
+its last user message is that instruction: text the agent can put elsewhere in a request (a file
+it read, a tool's output) cannot make a turn pass for a background call, and a turn cap counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["PURPOSES", "request_purpose"]
+
+PURPOSES = ("main", "title", "summary", "compaction")
+_SYSTEM_PROMPTS = (("title", "You are a title generator"), ("compaction", "You are a context summarization agent"))
+_SUMMARY_INSTRUCTION = "Summarize what was done in this conversation"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping)
+                       and isinstance(part.get("text"), str))
+    return ""
+
+
+def request_purpose(body: Mapping[str, Any]) -> str:
+    """`main`, `title`, `summary` or `compaction`, from a Chat Completions request body."""
+    messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+    system = next((m for m in messages if m.get("role") == "system"), None)
+    if system is not None:
+        first = _text(system.get("content")).lstrip()
+        for purpose, prompt in _SYSTEM_PROMPTS:
+            if first.startswith(prompt):
+                return purpose
+    users = [m for m in messages if m.get("role") == "user"]
+    if users and _text(users[-1].get("content")).lstrip().startswith(_SUMMARY_INSTRUCTION):
+        return "summary"
+    return "main"

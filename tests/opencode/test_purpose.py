@@ -1,0 +1,31 @@
+"""What a request is for, from what OpenCode sends; and nothing the agent writes can change it."""
+
+from __future__ import annotations
+
+from opencode_gateway.opencode.purpose import request_purpose
+
+TITLE = "You are a title generator. You output ONLY a thread title. Nothing else."
+COMPACTION = "You are a context summarization agent. You are given a conversation between a user and an agent."
+
+
+def body(*messages: tuple[str, object]) -> dict:
+    return {"messages": [{"role": role, "content": content} for role, content in messages]}
+
+
+def test_opencodes_background_calls_by_their_own_prompts() -> None:
+    assert request_purpose(body(("system", TITLE), ("user", "Fix the bug"))) == "title"
+    assert request_purpose(body(("system", [{"type": "text", "text": COMPACTION}]), ("user", "..."))) == "compaction"
+    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Fix it"), ("assistant", "Done"),
+                                ("user", "Summarize what was done in this conversation. Write like a PR."))) == "summary"
+    assert request_purpose(body(("system", "You are OpenCode, the best coding agent"), ("user", "Fix it"))) == "main"
+    assert request_purpose({}) == "main" and request_purpose({"messages": "not a list"}) == "main"
+
+
+def test_text_the_agent_controls_never_makes_a_turn_a_background_call() -> None:
+    """A file it read, a tool's output or its own answer may say anything: only OpenCode's first
+    system message (and the user's last instruction) decide."""
+    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Fix it"),
+                                ("tool", TITLE), ("assistant", COMPACTION))) == "main"
+    assert request_purpose(body(("system", "You are OpenCode"), ("system", TITLE), ("user", "Fix it"))) == "main"
+    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Summarize what was done in this "
+                                "conversation"), ("tool", "ok"), ("user", "now continue"))) == "main"
