@@ -103,7 +103,8 @@ class Plan:
                                          timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
                                          session_id=self.session_id, refusal=Refusal("budget", str(exc))))
         if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
-            await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days, keep=self.session_id)
+            await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days,
+                                    keep=self.session_id)
         own = None
         if ledger is None:
             own = ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
@@ -269,8 +270,12 @@ class _Run:
         self.settings = plan.settings
         self.on_event = on_event
         self.deltas = deltas
-        self.account = RunAccount(plan.settings.budget, pricer=Pricer(plan.settings.pricing),
-                                  on_record=self.recorded, ledger=ledger)
+        settings = plan.settings
+        periods = [(period, str(settings.metadata[period.key])) for period in settings.period_budgets
+                   if period.key in settings.metadata]  # read from the ledger: a local run's own (not a Ray worker's)
+        self.account = RunAccount(settings.budget, pricer=Pricer(settings.pricing), on_record=self.recorded,
+                                  ledger=ledger, periods=periods,
+                                  history=ledger if isinstance(ledger, Ledger) else None)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
         self.refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
@@ -375,7 +380,8 @@ class _Run:
             on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
         ))
         confined = plan.sandbox == "bwrap"
-        socket_path = workspace.private / "endpoint.sock" if confined and settings.sandbox_network == "endpoint" else None
+        bridged = confined and settings.sandbox_network == "endpoint"
+        socket_path = workspace.private / "endpoint.sock" if bridged else None
         async with EndpointServer(app, unix_socket=socket_path) as server:
             config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file,
                                       instructions=instructions, readable_dirs=readable)

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Union
 
-from .accounting.budget import Budget
+from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
@@ -52,6 +52,15 @@ def default_data_dir() -> Path:
 def beside(file: Path, paths: Iterable[str]) -> list[str]:
     """Paths named in `file` (a settings or tasks file), found relative to the file's folder."""
     return [str(file.parent / Path(path).expanduser()) for path in paths]
+
+
+def _budget(name: str, value: Any) -> Budget | PeriodBudget:
+    """A `budgets:` entry: a model's default limits, or (with `per`) a metadata key's period cap."""
+    if isinstance(value, (Budget, PeriodBudget)):
+        return value
+    if isinstance(value, Mapping) and "per" in value:
+        return PeriodBudget.from_setting(name, value)
+    return Budget.from_setting(f"budgets.{name}", value)
 
 
 class _Unset:
@@ -94,7 +103,8 @@ class Settings:
     max_requests: int | None = None  # upstream calls per run
     max_tokens: int | None = None  # input + output tokens per run
     max_turns: int | None = None  # main-model requests per run (OpenCode's own step limit is soft)
-    budgets: Mapping[str, Budget] = field(default_factory=_frozen)  # per model or group: the defaults
+    # Per model or group: the defaults of a run's limits; with `per`, per metadata key: a period's cap.
+    budgets: Mapping[str, Budget | PeriodBudget] = field(default_factory=_frozen)
     connect_timeout: float = 10.0
     first_byte_timeout: float = 300.0
     idle_timeout: float = 300.0
@@ -126,7 +136,13 @@ class Settings:
     def budget_for(self, model: str) -> Budget:
         """The limits of a run on `model`."""
         default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
-        return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(default)
+        return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(
+            default if isinstance(default, Budget) else None)
+
+    @property
+    def period_budgets(self) -> tuple[PeriodBudget, ...]:
+        """The caps per metadata value and period (`budgets:` entries with `per`)."""
+        return tuple(value for value in self.budgets.values() if isinstance(value, PeriodBudget))
 
     @property
     def ledger_path(self) -> Path:
@@ -141,12 +157,12 @@ class Settings:
         """A copy with the given fields changed (None too: it clears an optional setting); a field
         given as UNSET keeps its value."""
         given = {name: value for name, value in changes.items() if value is not UNSET}
-        for name, kind in (("budgets", Budget), ("pricing", Price)):
-            if name in given:  # per model: a value, or a setting mapping to check and turn into one
-                given[name] = _frozen({
-                    model: value if isinstance(value, kind) else kind.from_setting(f"{name}.{model}", value)
-                    for model, value in dict(given[name]).items()
-                })
+        if "pricing" in given:  # per model: a value, or a setting mapping to check and turn into one
+            given["pricing"] = _frozen({model: value if isinstance(value, Price) else
+                                        Price.from_setting(f"pricing.{model}", value)
+                                        for model, value in dict(given["pricing"]).items()})
+        if "budgets" in given:
+            given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
         for name in ("metadata", "opencode_config"):
             if name in given:
                 given[name] = _frozen(given[name])

@@ -249,3 +249,22 @@ def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
                              str(ledger), "--format", "json"], capture_output=True, text=True, timeout=120)
     groups = {group["key"]: group for group in json.loads(report.stdout)["groups"]}
     assert set(groups) == {"abandoned"} and groups["abandoned"]["requests"] >= 1, report
+
+
+def test_a_period_budget_refuses_the_second_run_of_the_day_for_the_same_ticket(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    capped = settings.replace(budgets={"ticket": {"per": "day", "max_cost": 0.001}})
+    upstream.script(Reply(text="first", usage=usage(1000, 50, cost=0.0012)))  # $0.0012: the day's cap is spent
+    first = run("Hi", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-5"}, settings=capped, **MODEL)
+    assert first.ok and first.cost == pytest.approx(0.0012)
+    upstream.script(Reply(text="second", usage=usage(10, 5, cost=0.0001)))
+    second = run("Hi again", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-5"}, settings=capped,
+                 **MODEL)
+    assert second.stop_reason == "budget_exceeded" and isinstance(second.error, BudgetExceeded)
+    assert "day budget of ticket=ENG-5 exceeded since" in str(second.error)
+    assert "max_cost is $0.001 and ticket=ENG-5 cost $0.001200" in str(second.error)
+    assert upstream.requests == []  # the second run's call never left the endpoint
+    upstream.script(Reply(text="other", usage=usage(10, 5, cost=0.0001)))
+    other = run("Hi", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-6"}, settings=capped, **MODEL)
+    assert other.ok  # another ticket has its own day

@@ -159,3 +159,12 @@ def test_an_api_key_can_come_from_a_file_beside_the_settings(tmp_path: Path) -> 
     assert load_settings(write(tmp_path, "api_key: file:key.txt\n")).api_key == "sk-from-file"
     with pytest.raises(SettingsError, match="cannot read the key file"):
         load_settings(write(tmp_path, "api_key: file:absent.txt\n"))
+
+
+def test_budgets_are_a_models_defaults_or_with_per_a_metadata_keys_period_cap(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "budgets:\n  qwen-coder: {max_cost: 2}\n"
+                                             "  ticket: {per: day, max_cost: 5}\n"))
+    assert settings.budget_for("litellm_proxy/qwen-coder").max_cost == 2
+    [period] = settings.period_budgets
+    assert (period.key, period.per, period.limits.max_cost) == ("ticket", "day", 5)
+    assert settings.budget_for("ticket").max_cost is None  # a period cap is no model's default

@@ -7,6 +7,7 @@ is allowed to finish (no half answers), and the overshoot is reported.
 from __future__ import annotations
 
 import math
+from datetime import datetime, timedelta, timezone
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from ..errors import SettingsError
 from .records import RequestRecord
 
-__all__ = ["Budget", "Refusal", "Spent"]
+__all__ = ["PERIODS", "Budget", "PeriodBudget", "Refusal", "Spent"]
 
 _LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,), "max_turns": (int,)}
 
@@ -115,3 +116,48 @@ class Spent:
     def __add__(self, other: Spent) -> Spent:
         return Spent(self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost,
                      self.turns + other.turns)
+
+
+PERIODS = ("day", "week", "month")
+
+
+@dataclass(frozen=True)
+class PeriodBudget:
+    """A cap on what all runs with one value of a metadata key spend in a period (UTC day, week
+    from Monday, calendar month), e.g. `ticket: {per: day, max_cost: 5}`: ENG-412's runs of today
+    together may spend $5. It is read from the ledger before each call."""
+
+    key: str  # the metadata key whose value the spend is summed by
+    per: str  # day, week or month
+    limits: Budget
+
+    @classmethod
+    def from_setting(cls, key: str, setting: Mapping[str, Any]) -> PeriodBudget:
+        where = f"budgets.{key}"
+        per = setting.get("per")
+        if per not in PERIODS:
+            raise SettingsError(f"{where}.per must be one of {', '.join(PERIODS)}, not {per!r}")
+        limits = Budget.from_setting(where, {name: value for name, value in setting.items() if name != "per"})
+        if not limits or limits.max_turns is not None:
+            raise SettingsError(f"{where}: give max_cost, max_requests or max_tokens for each {per}")
+        return cls(key, per, limits)
+
+    def start(self, now: float) -> float:
+        """When the period holding `now` began (Unix seconds, UTC)."""
+        moment = datetime.fromtimestamp(now, timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        if self.per == "week":
+            moment -= timedelta(days=moment.weekday())
+        elif self.per == "month":
+            moment = moment.replace(day=1)
+        return moment.timestamp()
+
+    def refusal(self, value: str, spent: Spent, since: float) -> Refusal | None:
+        """Why the next call may not start, when the runs with `key` = `value` spent `spent`
+        since the period began at `since`."""
+        over = self.limits.refusal(spent)
+        if over is None:
+            return None
+        day = datetime.fromtimestamp(since, timezone.utc).strftime("%Y-%m-%d")
+        figures = str(over).removeprefix("run budget exceeded: ").replace("the run", f"{self.key}={value}")
+        return Refusal(over.limit, f"{self.per} budget of {self.key}={value} exceeded since {day} (UTC): {figures} "
+                                   f"(budgets.{self.key} in the settings)")

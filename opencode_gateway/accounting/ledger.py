@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..errors import LedgerError
+from .budget import Spent
 from .records import RequestRecord, RunUsage
 
 __all__ = ["SCHEMA_VERSION", "Ledger", "RunLedger", "connect", "finished_values", "this_process"]
@@ -298,6 +299,18 @@ class Ledger:
                      (ended_at, session_id, stop_reason, error, usage.requests, usage.input_tokens,
                       usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens,
                       cost, unpriced, run_id))
+
+    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
+        """What the runs whose metadata `key` is `value` spent since `since`, as committed so far
+        (asked on the writer's thread, so every row queued before is counted)."""
+        return self._submit(self._spent_since, key, value, since)
+
+    def _spent_since(self, key: str, value: str, since: float) -> Spent:
+        row = self._connection.execute(
+            "SELECT COUNT(*), SUM(q.input_tokens + q.output_tokens), SUM(q.cost) FROM requests q "
+            "JOIN runs r ON r.run_id = q.run_id WHERE json_extract(r.metadata, ?) = ? AND q.started_at >= ? "
+            "AND q.cost_source != 'refused'", (f'$."{key}"', value, since)).fetchone()
+        return Spent(row[0] or 0, row[1] or 0, row[2] or 0.0)
 
     def abandon(self, run_id: str) -> None:
         """Close a run whose process died without closing it (a killed Ray worker's)."""

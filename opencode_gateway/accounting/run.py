@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import Budget, Refusal, Spent
-from .ledger import RunLedger
+from .budget import Budget, PeriodBudget, Refusal, Spent
+from .ledger import Ledger, RunLedger
 from .pricing import Pricer
 from .records import RequestRecord, RunUsage
 from .usage import Usage
@@ -95,13 +95,17 @@ class RunAccount:
     `ledger`, `open` writes the run's row, each record its request's row, and `finish` closes it."""
 
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None) -> None:
+                 on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None,
+                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: Ledger | None = None) -> None:
         self.run_id = "run_" + uuid.uuid4().hex
         self.budget = budget or Budget()
         self.pricer = pricer or Pricer()
         self.records: list[RequestRecord] | None = [] if keep_records else None
         self.on_record = on_record
         self.ledger = ledger
+        # Caps over many runs (PeriodBudget, this run's value of its key), read from `history`.
+        self.periods = tuple(periods) if history is not None else ()
+        self.history = history
         self.totals = Totals()
         self.refusal: Refusal | None = None  # why the first refused call was refused
         self.finished = False
@@ -179,7 +183,8 @@ class RunAccount:
         word must not hold the run forever), then is decided on what was spent."""
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
         while True:
-            refusal = self.budget.refusal(self.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
+            refusal = (self.budget.refusal(self.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
+                       or await self._period_refusal())
             if refusal is not None:
                 self._refused.add(request_id)
                 self.refusal = self.refusal or refusal
@@ -192,6 +197,18 @@ class RunAccount:
             self._ended.clear()  # only the calls in flight stand in the way: wait for one to end
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._ended.wait(), remaining)
+
+    async def _period_refusal(self) -> Refusal | None:
+        """A cap over many runs that the next call would pass (their spend, from the ledger)."""
+        if self.history is None:
+            return None
+        for period, value in self.periods:
+            since = period.start(time.time())
+            spent = await asyncio.wrap_future(self.history.spent_since(period.key, value, since))
+            refusal = period.refusal(value, spent, since)
+            if refusal is not None:
+                return refusal
+        return None
 
     def release(self, request_id: str) -> None:
         """A call ended without a record (it never reached the upstream)."""

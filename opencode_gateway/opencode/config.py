@@ -81,7 +81,8 @@ def opencode_model(model: str) -> str:
     return f"{PROVIDER_ID}/{model}"
 
 
-def permission_rules(mode: str | None, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
+def permission_rules(mode: str | None, disable_tools: Iterable[str] = (),
+                     readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
     """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
     them from the tools offered to the model). `readable_dirs` lie outside the workdir but may be
     read in every mode: the run's skills, whose files a skill tells the model to read. Mode None

@@ -199,3 +199,17 @@ def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(tmp_p
     assert row["stop_reason"] == "abandoned"
     assert row["ended_at"] == 1_790_000_000.5 and row["requests"] == 1 and row["cost"] == 0.25
     assert "ended without closing it" in row["error"]
+
+
+def test_what_the_runs_of_a_metadata_value_spent_since_a_moment(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    for run_id, ticket in (("a", "ENG-1"), ("b", "ENG-1"), ("c", "ENG-2")):
+        start(ledger, run_id, {"ticket": ticket})
+    ledger.record_request("a", record("a1", started_at=100.0))  # before `since`
+    ledger.record_request("a", record("a2", started_at=200.0))
+    ledger.record_request("b", record("b1", started_at=300.0, cost=0.002))
+    ledger.record_request("b", record("b2", started_at=300.0, cost=0.0, source="refused", usage=None))
+    ledger.record_request("c", record("c1", started_at=300.0))
+    spent = ledger.spent_since("ticket", "ENG-1", 150.0).result()
+    ledger.close()
+    assert (spent.requests, spent.tokens, round(spent.cost, 9)) == (2, 2100, 0.003)  # refused calls spent nothing
