@@ -168,6 +168,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         raise SettingsError("no model given: pass -m MODEL (e.g. openai/gpt-4o-mini or litellm_proxy/<group>)")
     config = build_config(
         model=settings.model, base_url="http://127.0.0.1:<port>/v1", api_key_ref="{file:<private dir>/token}",
+        small_model=settings.small_model,
         permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
         user_config=settings.opencode_config,
     )
@@ -384,6 +385,8 @@ def _attribution(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
+    parser.add_argument("--small-model", metavar="MODEL", help="model of OpenCode's background calls (titles, "
+                        "summaries), e.g. a cheap group (default: -m)")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     parser.add_argument("--permissions", metavar="MODE",
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: the agent's own; "

@@ -25,6 +25,7 @@ __all__ = ["PER_RUN", "TASK_OPTIONS", "RunOptions", "shows_options", "task_kinds
 
 class RunOptions(TypedDict, total=False):
     """model: `litellm_proxy/<group>` (a LiteLLM gateway's model group) or any LiteLLM model string.
+    small_model: the model of OpenCode's background calls (titles, summaries); default: model.
     api_base, api_key: the gateway and its virtual key, or the provider's in SDK mode.
     workdir: where OpenCode works (default: the current folder).
     permissions: "read-only", "edit" or "full"; disable_tools: tool names to switch off; agent.
@@ -44,6 +45,7 @@ class RunOptions(TypedDict, total=False):
     model: str
     api_base: str | None
     api_key: str | None
+    small_model: str | None
     workdir: str | os.PathLike[str]
     permissions: str | None
     disable_tools: Sequence[str]
@@ -67,7 +69,7 @@ class RunOptions(TypedDict, total=False):
 
 
 PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
-TASK_OPTIONS = ("model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent", "instructions",
+TASK_OPTIONS = ("model", "small_model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent", "instructions",
                 "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens", "max_turns")
 
 

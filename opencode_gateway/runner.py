@@ -35,10 +35,10 @@ from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
 from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
-from .endpoint.app import Endpoint, Target, create_app
+from .endpoint.app import Endpoint, Target, Targeting, create_app
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .endpoint.upstream import Upstream, opencode_retries, upstream_for
+from .endpoint.upstream import opencode_retries, upstream_for
 from .errors import BudgetExceeded, CapabilityUnsupported, SettingsError
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
 from .files import Snapshot, Unlisted
@@ -251,6 +251,25 @@ def stream(prompt: str, **options: Unpack[RunOptions]) -> Iterator[Event]:
         loop.close()
 
 
+def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
+    """Where a run's requests go: the run's model, and the small model of OpenCode's background
+    calls if it is another."""
+    return {model: Target(model, upstream_for(settings, model), tagging, account)
+            for model in dict.fromkeys((settings.model, settings.small_model or settings.model))}
+
+
+def _routed(targets: Mapping[str, Target], model: str) -> Target | Targeting:
+    """The endpoint's target: the one model's, or, with a small model too, the requested one's (a
+    request naming any other model goes to the run's model, as if it had named it)."""
+    if len(targets) == 1:
+        return targets[model]
+
+    def target(headers: Mapping[str, str], requested: Any) -> Target:
+        return targets.get(requested, targets[model]) if isinstance(requested, str) else targets[model]
+
+    return target
+
+
 async def _snapshot(workdir: Path, max_file_bytes: int, deadline: float, warnings: list[str]) -> Snapshot | None:
     """The workdir's files, for RunResult.files; None (and a warning) when there are too many."""
     try:
@@ -333,7 +352,7 @@ class _Run:
         deadline = started + settings.timeout  # the whole run, snapshots included, ends by then
         tagging = Tagging(settings.tags, settings.metadata, session_id=self.account.run_id,
                           tag_metadata_keys=settings.tag_metadata_keys)
-        upstream = upstream_for(settings, settings.model)
+        targets = _targets(settings, tagging, self.account)
         self.account.open(model=settings.model, mode=settings.mode, workdir=str(plan.workdir),
                           metadata=settings.metadata, tags=tagging.all_tags, session_id=plan.session_id)
         private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
@@ -341,7 +360,7 @@ class _Run:
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await _snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-            exit = await self._converse(workspace, tagging, upstream, deadline, watchdog.tag)
+            exit = await self._converse(workspace, targets, deadline, watchdog.tag)
             session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
                 store = _session_store(settings, session_id)  # kept, for --session
@@ -350,7 +369,8 @@ class _Run:
             after = None if before is None else await _snapshot(plan.workdir, settings.diff_max_bytes, deadline,
                                                                  self.warnings)
         finally:
-            await upstream.aclose()
+            for target in targets.values():
+                await target.upstream.aclose()
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()
             if warm is not None and not warm.done():
@@ -363,7 +383,7 @@ class _Run:
             files=before.changes(after) if before is not None and after is not None else (),
             duration_s=time.monotonic() - started))
 
-    async def _converse(self, workspace: Workspace, tagging: Tagging, upstream: Upstream, deadline: float,
+    async def _converse(self, workspace: Workspace, targets: Mapping[str, Target], deadline: float,
                         tag: str) -> ProcessExit:
         """The endpoint up, OpenCode run against it until it exits, is stopped, or the deadline."""
         plan, settings = self.plan, self.settings
@@ -374,7 +394,7 @@ class _Run:
         instructions = workspace.add_instructions(
             [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part])
         app = create_app(Endpoint(
-            token=token, target=Target(settings.model, upstream, tagging, self.account),
+            token=token, target=_routed(targets, settings.model),
             secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
             first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
             on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,

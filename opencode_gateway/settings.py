@@ -83,6 +83,7 @@ class Settings:
     """Everything one run needs to know, after the file and the flags were merged."""
 
     model: str | None = None
+    small_model: str | None = None  # OpenCode's background calls (titles, summaries); None: the model
     api_base: str | None = None
     api_key: str | None = field(default=None, repr=False)
     tags: tuple[str, ...] = ()
@@ -237,12 +238,14 @@ class RunSettings(Settings):
 
 def _check(settings: RunSettings) -> None:
     """What validated() checks once the environment is read."""
-    if settings.mode == "gateway":
-        if settings.model == GATEWAY_PREFIX:
+    for model in filter(None, (settings.model, settings.small_model)):
+        if mode_of(model) != "gateway":
+            continue
+        if model == GATEWAY_PREFIX:
             raise SettingsError("model 'litellm_proxy/' names no model group: use litellm_proxy/<group>")
         if not settings.gateway_api_base:
             raise SettingsError(
-                f"model {settings.model} routes through a LiteLLM gateway but no gateway URL is set: "
+                f"model {model} routes through a LiteLLM gateway but no gateway URL is set: "
                 "pass --api-base URL or set LITELLM_PROXY_API_BASE"
             )
     check_permissions(settings.permissions)

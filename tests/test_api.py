@@ -77,3 +77,21 @@ def test_the_blocking_forms_refuse_to_run_inside_an_event_loop() -> None:
             next(stream("Hi", model="openai/gpt-4o-mini"))
 
     asyncio.run(inside())
+
+
+def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_to_the_runs() -> None:
+    from opencode_gateway.accounting.run import RunAccount
+    from opencode_gateway.endpoint.app import Target
+    from opencode_gateway.endpoint.tagging import Tagging
+    from opencode_gateway.runner import _routed, _targets
+
+    settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano").validated()
+    targets = _targets(settings, Tagging(), RunAccount())
+    route = _routed(targets, settings.model)
+    assert callable(route)
+    assert route({}, "openai/gpt-4.1-nano").upstream.model == "openai/gpt-4.1-nano"
+    for other in ("openai/gpt-4o-mini", "anthropic/claude-opus-4", None, 42):
+        assert route({}, other).model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
+    alone = _routed(_targets(Settings(model="openai/gpt-4o-mini").validated(), Tagging(), RunAccount()),
+                    "openai/gpt-4o-mini")
+    assert isinstance(alone, Target) and alone.model == "openai/gpt-4o-mini"

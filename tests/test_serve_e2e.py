@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -163,3 +164,34 @@ def test_serve_exits_at_once_on_sigterm_after_litellm_served(
     [(requests, stop_reason)] = sqlite3.connect(gateway_home / "ledger.db").execute(
         "SELECT requests, stop_reason FROM runs").fetchall()
     assert (requests, stop_reason) == (1, "done")  # closed before the exit, not lost by it
+
+
+def test_a_title_call_goes_to_the_small_model_and_is_recorded_with_its_purpose_and_price(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def answer(body: dict[str, Any]) -> Reply:
+        system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+        if "You are a title generator" in json.dumps(system):
+            return Reply(text="Greeting the user", usage=usage(300, 4))
+        return Reply(text="Hello " * 10, usage=usage(1000, 20), chunk_delay=0.3)  # slow: the title goes out first
+
+    monkeypatch.setattr(upstream, "fallback", answer)
+    launched = subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", "--small-model", "openai/gpt-4.1-nano",
+                               "--", "run", "--format", "json", "say hello"], env=env, cwd=workdir,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert launched.returncode == 0, launched.stderr
+    by_model = {r["body"]["model"]: r for r in upstream.requests}
+    assert set(by_model) == {"gpt-4o-mini", "gpt-4.1-nano"}  # the title went to the small model
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    rows = sqlite3.connect(gateway_home / "ledger.db").execute(
+        "SELECT model, purpose, input_tokens, cost FROM requests ORDER BY purpose").fetchall()
+    prices = _litellm.load().model_cost
+    assert [(m, p, t) for m, p, t, _ in rows] == [("openai/gpt-4o-mini", "main", 1000),
+                                                  ("openai/gpt-4.1-nano", "title", 300)]
+    nano = prices["gpt-4.1-nano"]
+    assert rows[1][3] == pytest.approx(300 * nano["input_cost_per_token"] + 4 * nano["output_cost_per_token"], rel=1e-9)
+    report = subprocess.run([*CLI, "report", "--by", "purpose", "--format", "json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert {g["key"]: g["requests"] for g in json.loads(report.stdout)["groups"]} == {"main": 1, "title": 1}

@@ -59,7 +59,7 @@ _NEVER_ASK = {"question": "deny", "doom_loop": "deny"}
 _MANAGED_TOP = {
     "provider": "use -m/--model and --api-base",
     "model": "use -m/--model",
-    "small_model": "use -m/--model",
+    "small_model": "use --small-model",
     "enabled_providers": "use -m/--model (the run's only provider is litellm)",
     "disabled_providers": "use -m/--model (the run's only provider is litellm)",
     "permission": "use --permissions and --disable-tool",
@@ -157,6 +157,7 @@ def build_config(
     model: str,
     base_url: str,
     api_key_ref: str,
+    small_model: str | None = None,
     permissions: str | None = None,
     agent: str = "build",
     disable_tools: Sequence[str] = (),
@@ -166,7 +167,8 @@ def build_config(
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
     reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
-    to the system prompt, after any the user's config lists."""
+    to the system prompt, after any the user's config lists. `small_model` takes OpenCode's
+    background calls (titles, summaries); the run's model takes them without it."""
     user_config = user_config or {}
     check_user_config(user_config)
     managed = {
@@ -175,12 +177,12 @@ def build_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
                 "options": {"baseURL": base_url, "apiKey": api_key_ref},
-                "models": {model: {"name": model}},
+                "models": {name: {"name": name} for name in dict.fromkeys((model, small_model or model))},
             }
         },
         "enabled_providers": [PROVIDER_ID],
         "model": opencode_model(model),
-        "small_model": opencode_model(model),
+        "small_model": opencode_model(small_model or model),
         "autoupdate": False,
         "share": "disabled",
         # Not given, the permissions are the agent's own; build has no restrictions: full.

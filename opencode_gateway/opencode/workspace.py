@@ -62,6 +62,7 @@ class Workspace:
         """The isolated opencode.json (also written to the private dir, for a person to read)."""
         config = oc_config.build_config(
             model=settings.model, base_url=base_url, api_key_ref=f"{{file:{token_file}}}",
+            small_model=settings.small_model,
             permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
             user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
         )

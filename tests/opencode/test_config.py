@@ -84,7 +84,7 @@ def test_user_config_is_merged_under_managed_keys() -> None:
     [
         ({"provider": {"evil": {}}}, "use -m/--model and --api-base"),
         ({"model": "evil/m"}, "use -m/--model"),
-        ({"small_model": "evil/m"}, "use -m/--model"),
+        ({"small_model": "evil/m"}, "use --small-model"),
         ({"enabled_providers": ["evil"]}, "the run's only provider is litellm"),
         ({"disabled_providers": []}, "the run's only provider is litellm"),
         ({"permission": {"bash": "allow"}}, "use --permissions"),
