@@ -168,7 +168,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         raise SettingsError("no model given: pass -m MODEL (e.g. openai/gpt-4o-mini or litellm_proxy/<group>)")
     config = build_config(
         model=settings.model, base_url="http://127.0.0.1:<port>/v1", api_key_ref="{file:<private dir>/token}",
-        small_model=settings.small_model,
+        small_model=settings.small_model, mcp=settings.mcp,
         permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
         user_config=settings.opencode_config,
     )

@@ -251,6 +251,30 @@ def stream(prompt: str, **options: Unpack[RunOptions]) -> Iterator[Event]:
         loop.close()
 
 
+def _account(settings: RunSettings, ledger: RunLedger, on_record: Callable[[RequestRecord], None]) -> RunAccount:
+    """The run's account: its budget, prices and ledger, and the period caps of its metadata
+    (read from the ledger: a local run's own, not a Ray worker's)."""
+    periods = [(period, str(settings.metadata[period.key])) for period in settings.period_budgets
+               if period.key in settings.metadata]
+    return RunAccount(settings.budget, pricer=Pricer(settings.pricing), on_record=on_record, ledger=ledger,
+                      periods=periods, history=ledger if isinstance(ledger, Ledger) else None)
+
+
+def _tool_names(body: Mapping[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in body.get("tools") or () if isinstance(tool, Mapping)
+            and isinstance(tool.get("function"), Mapping) and isinstance(tool["function"].get("name"), str)}
+
+
+def _silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
+    """Warnings for the MCP servers none of whose tools OpenCode offered: the server failed to start
+    or to answer (OpenCode goes on without it, saying so only in its log)."""
+    if not offered:
+        return []
+    return [f"mcp server {name!r} offered no tools: it failed to start or to list them (check its command "
+            "and that the sandbox lets it run)" for name in settings.mcp
+            if not any(tool.startswith(f"{name}_") for tool in offered)]
+
+
 def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
     """Where a run's requests go: the run's model, and the small model of OpenCode's background
     calls if it is another."""
@@ -289,12 +313,8 @@ class _Run:
         self.settings = plan.settings
         self.on_event = on_event
         self.deltas = deltas
-        settings = plan.settings
-        periods = [(period, str(settings.metadata[period.key])) for period in settings.period_budgets
-                   if period.key in settings.metadata]  # read from the ledger: a local run's own (not a Ray worker's)
-        self.account = RunAccount(settings.budget, pricer=Pricer(settings.pricing), on_record=self.recorded,
-                                  ledger=ledger, periods=periods,
-                                  history=ledger if isinstance(ledger, Ledger) else None)
+        self.account = _account(plan.settings, ledger, self.recorded)
+        self.offered: set[str] = set()  # the tools OpenCode offered the model (an MCP server's among them?)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
         self.refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
@@ -330,6 +350,7 @@ class _Run:
             self.on_event(TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece))
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        self.offered.update(_tool_names(body))
         await self.order.wait(self.order.causes(session_id, body), _ORDER_WAIT_S)
 
     def printed(self, event: Event) -> None:
@@ -379,7 +400,8 @@ class _Run:
             run_id=self.account.run_id, model=settings.model, mode=settings.mode, sandbox=plan.sandbox,
             timeout=settings.timeout, exit=exit, records=tuple(self.account.records or ()),
             events=tuple(self.events), session_id=session_id, fatal=self.fatal, refusal=self.refusal,
-            warnings=(*self.account.budget.overshoot(self.account.spent), *self.warnings),
+            warnings=(*self.account.budget.overshoot(self.account.spent), *self.warnings,
+                      *_silent_mcp_servers(settings, self.offered)),
             files=before.changes(after) if before is not None and after is not None else (),
             duration_s=time.monotonic() - started))
 

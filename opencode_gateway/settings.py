@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import re
+import shutil
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -96,6 +97,7 @@ class Settings:
     timeout: float = 1800.0
     opencode_bin: str | None = None
     opencode_config: Mapping[str, Any] = field(default_factory=_frozen)
+    mcp: Mapping[str, Any] = field(default_factory=_frozen)  # MCP servers, in OpenCode's `mcp` shape
     data_dir: Path = field(default_factory=default_data_dir)
     pricing: Mapping[str, Price] = field(default_factory=_frozen)
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
@@ -164,7 +166,7 @@ class Settings:
                                         for model, value in dict(given["pricing"]).items()})
         if "budgets" in given:
             given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-        for name in ("metadata", "opencode_config"):
+        for name in ("metadata", "opencode_config", "mcp"):
             if name in given:
                 given[name] = _frozen(given[name])
         for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
@@ -268,6 +270,30 @@ def _check(settings: RunSettings) -> None:
         if not Path(path).is_absolute() or not Path(path).exists():
             raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
     settings.passed_env()
+    for name, server in settings.mcp.items():
+        _check_mcp(name, server)
+
+
+def _check_mcp(name: str, server: Any) -> None:
+    """An MCP server as OpenCode's `mcp` config takes it, whose command exists: OpenCode itself
+    would start the run without the server's tools, saying so only in its log."""
+    where = f"mcp server {name!r}"
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not isinstance(server, Mapping):
+        raise SettingsError(f"{where}: give a name of letters, digits, _ or -, and a mapping with type local "
+                            "(command: [program, args...]) or remote (url)")
+    if server.get("type") == "remote":
+        if not isinstance(server.get("url"), str):
+            raise SettingsError(f"{where}: a remote server needs a url")
+        return
+    command = server.get("command")
+    if server.get("type") != "local" or not isinstance(command, list) or not command \
+            or not all(isinstance(part, str) for part in command):
+        raise SettingsError(f"{where}: a local server needs type: local and command: [program, args...]")
+    program = command[0]
+    found = os.access(program, os.X_OK) if os.sep in program else shutil.which(program) is not None
+    if not found:
+        raise SettingsError(f"{where}: its command {program!r} is not found or not executable: install it or fix "
+                            "the path (under --sandbox bwrap a program in the real HOME also needs --sandbox-allow-read)")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -351,3 +351,40 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
     report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "purpose", "--ledger",
                              str(settings.ledger_path), "--format", "json"], capture_output=True, text=True, timeout=60)
     assert [(g["key"], g["requests"]) for g in json.loads(report.stdout)["groups"]] == [("main", 2)]
+
+
+MCP_SERVER = Path(__file__).parent / "data" / "mcp_server.py"
+
+
+def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    mcp = {"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}}
+    # The test's Python lives in a HOME the sandbox hides: let the server's interpreter be read.
+    with_mcp = settings.replace(mcp=mcp, sandbox_allow_read=(sys.base_prefix, str(Path(sys.executable).parent)))
+    upstream.script(Reply(text="Looking it up.", tool_calls=[ToolCall("lookup_lookup", {"key": "alpha"})],
+                          usage=usage(100, 5)),
+                    Reply(text="It is value-of-alpha.", usage=usage(200, 5)))
+    result = run("What is alpha?", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
+                 workdir=workdir, permissions="read-only", settings=with_mcp)
+    assert result.ok and result.warnings == ()
+    offered = {t["function"]["name"] for t in upstream.requests[0]["body"]["tools"]}
+    assert "lookup_lookup" in offered and "bash" not in offered and "write" not in offered
+    [call] = [e for e in result.events if isinstance(e, ToolCallEvent)]
+    [answer] = [e for e in result.events if isinstance(e, ToolResult)]
+    assert (call.tool, call.input) == ("lookup_lookup", {"key": "alpha"})
+    assert (answer.tool, answer.output, answer.is_error) == ("lookup_lookup", "value-of-alpha", False)
+
+
+def test_an_mcp_server_that_cannot_start_is_an_error_before_the_run_or_a_warning_after_it(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    missing = {"lookup": {"type": "local", "command": ["/nonexistent/mcp-server"]}}
+    with pytest.raises(SettingsError, match="mcp server 'lookup': its command '/nonexistent/mcp-server' is not found"):
+        run("Hi", model="openai/gpt-4o-mini", workdir=workdir, settings=settings.replace(mcp=missing))
+    dies = {"lookup": {"type": "local", "command": [sys.executable, "-c", "raise SystemExit(3)"]}}
+    upstream.script(Reply(text="Hello."))
+    result = run("Hi", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider", workdir=workdir,
+                 settings=settings.replace(mcp=dies, sandbox_allow_read=(sys.base_prefix,)))
+    assert result.ok and result.text == "Hello."
+    assert any("mcp server 'lookup' offered no tools" in warning for warning in result.warnings)

@@ -168,3 +168,15 @@ def test_budgets_are_a_models_defaults_or_with_per_a_metadata_keys_period_cap(tm
     [period] = settings.period_budgets
     assert (period.key, period.per, period.limits.max_cost) == ("ticket", "day", 5)
     assert settings.budget_for("ticket").max_cost is None  # a period cap is no model's default
+
+
+@pytest.mark.parametrize(("server", "message"), [
+    ({"type": "local", "command": "python server.py"}, "needs type: local and command: \\[program, args...\\]"),
+    ({"type": "remote"}, "a remote server needs a url"),
+    ({"type": "stdio", "command": ["x"]}, "needs type: local"),
+    ({"type": "local", "command": ["no-such-mcp-program-anywhere"]}, "is not found or not executable"),
+])
+def test_an_mcp_server_is_checked_before_a_run(server: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings(model="openai/m", mcp={"tools": server}).validated()
+    assert Settings(model="openai/m", mcp={"web": {"type": "remote", "url": "https://mcp.example/x"}}).validated()

@@ -81,8 +81,8 @@ def opencode_model(model: str) -> str:
     return f"{PROVIDER_ID}/{model}"
 
 
-def permission_rules(mode: str | None, disable_tools: Iterable[str] = (),
-                     readable_dirs: Iterable[str] = ()) -> dict[str, Any]:
+def permission_rules(mode: str | None, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = (),
+                     mcp_servers: Iterable[str] = ()) -> dict[str, Any]:
     """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
     them from the tools offered to the model). `readable_dirs` lie outside the workdir but may be
     read in every mode: the run's skills, whose files a skill tells the model to read. Mode None
@@ -98,6 +98,9 @@ def permission_rules(mode: str | None, disable_tools: Iterable[str] = (),
         rules = {"*": "deny", **dict.fromkeys(_READ_ONLY_ALLOWED, "allow")}
         if mode == "edit":
             rules["edit"] = "allow"
+        # The MCP servers the user configured: their tools (OpenCode names them <server>_<tool>)
+        # are the user's choice, in every mode.
+        rules.update({f"{server}_*": "allow" for server in mcp_servers})
         # OpenCode allows its skill dirs itself, but our "*": "deny" comes later and would win.
         outside = {f"{directory}/*": "allow" for directory in readable_dirs}
         if outside:
@@ -164,6 +167,7 @@ def build_config(
     user_config: Mapping[str, Any] | None = None,
     instructions: Sequence[str] = (),
     readable_dirs: Sequence[str] = (),
+    mcp: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
     reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
@@ -187,10 +191,12 @@ def build_config(
         "share": "disabled",
         # Not given, the permissions are the agent's own; build has no restrictions: full.
         "permission": permission_rules(permissions or ("full" if agent == "build" else None), disable_tools,
-                                       readable_dirs),
+                                       readable_dirs, mcp or ()),
     }
     if instructions:
         managed["instructions"] = [*user_config.get("instructions", ()), *instructions]
+    if mcp:
+        managed["mcp"] = dict(mcp)
     return _merge(user_config, managed)
 
 

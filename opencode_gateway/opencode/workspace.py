@@ -65,6 +65,7 @@ class Workspace:
             small_model=settings.small_model,
             permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
             user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
+            mcp=settings.mcp,
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config

@@ -189,3 +189,12 @@ def test_an_agent_is_a_built_in_primary_one_or_one_the_settings_define() -> None
         check_agent("plna", {"agent": {"reviewer": {}, "helper": {"mode": "subagent"}}})
     with pytest.raises(SettingsError, match="use one of build, plan \\("):
         check_agent("explore", {})  # a subagent: OpenCode would run build instead
+
+
+def test_mcp_servers_are_in_the_config_and_their_tools_allowed_in_every_mode() -> None:
+    mcp = {"lookup": {"type": "local", "command": ["lookup-server"]}}
+    for mode in ("read-only", "edit"):
+        config = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", permissions=mode,
+                              mcp=mcp)
+        assert config["mcp"] == mcp and config["permission"]["lookup_*"] == "allow"
+        assert config["permission"]["*"] == "deny"  # everything else as the mode says
