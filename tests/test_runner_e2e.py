@@ -351,6 +351,15 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
     report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "purpose", "--ledger",
                              str(settings.ledger_path), "--format", "json"], capture_output=True, text=True, timeout=60)
     assert [(g["key"], g["requests"]) for g in json.loads(report.stdout)["groups"]] == [("main", 2)]
+    this_month = time.strftime("%Y-%m", time.gmtime(result.requests[0].started_at))
+    for by, key in (("workdir", str(workdir)), ("project", str(workdir)), ("month", this_month)):
+        grouped = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", by, "--ledger",
+                                  str(settings.ledger_path), "--format", "json"], capture_output=True, text=True,
+                                 timeout=60)
+        assert [g["key"] for g in json.loads(grouped.stdout)["groups"]] == [key], by
+    typo = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "modle", "--ledger",
+                           str(settings.ledger_path)], capture_output=True, text=True, timeout=60)
+    assert typo.returncode == 2 and "cannot group by 'modle'" in typo.stderr
 
 
 MCP_SERVER = Path(__file__).parent / "data" / "mcp_server.py"
