@@ -369,8 +369,10 @@ def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     mcp = {"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}}
-    # The test's Python lives in a HOME the sandbox hides: let the server's interpreter be read.
-    with_mcp = settings.replace(mcp=mcp, sandbox_allow_read=(sys.base_prefix, str(Path(sys.executable).parent)))
+    # The sandbox hides the real HOME and /tmp, where the test's Python, its virtualenv and this
+    # checkout may live: let the server's interpreter and script be read.
+    with_mcp = settings.replace(mcp=mcp, sandbox_allow_read=tuple(dict.fromkeys(
+        (sys.base_prefix, str(Path(sys.executable).parent.parent), str(MCP_SERVER.parent)))))
     upstream.script(Reply(text="Looking it up.", tool_calls=[ToolCall("lookup_lookup", {"key": "alpha"})],
                           usage=usage(100, 5)),
                     Reply(text="It is value-of-alpha.", usage=usage(200, 5)))
