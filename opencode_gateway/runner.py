@@ -33,7 +33,7 @@ from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
-from .accounting.run import RunAccount
+from .accounting.run import RunAccount, new_run_id
 from .conclusion import Happened, conclude
 from .endpoint.app import Endpoint, Target, Targeting, create_app
 from .endpoint.server import EndpointServer
@@ -99,7 +99,7 @@ class Plan:
                 await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
                                     settings.model.removeprefix(GATEWAY_PREFIX))
             except BudgetExceeded as exc:  # spent before the run: it ends as a refusal would, unstarted
-                return conclude(Happened(run_id="", model=settings.model, mode=settings.mode, sandbox=self.sandbox,
+                return conclude(Happened(run_id=new_run_id(), model=settings.model, mode=settings.mode, sandbox=self.sandbox,
                                          timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
                                          session_id=self.session_id, refusal=Refusal("budget", str(exc))))
         if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
@@ -168,9 +168,9 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
     return Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
-                 binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
-                 resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
-                 notes=tuple(notes))
+                binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
+                resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
+                notes=tuple(notes))
 
 
 @shows_options
@@ -254,10 +254,9 @@ def stream(prompt: str, **options: Unpack[RunOptions]) -> Iterator[Event]:
 def _account(settings: RunSettings, ledger: RunLedger, on_record: Callable[[RequestRecord], None]) -> RunAccount:
     """The run's account: its budget, prices and ledger, and the period caps of its metadata
     (read from the ledger: a local run's own, not a Ray worker's)."""
-    periods = [(period, str(settings.metadata[period.key])) for period in settings.period_budgets
-               if period.key in settings.metadata]
     return RunAccount(settings.budget, pricer=Pricer(settings.pricing), on_record=on_record, ledger=ledger,
-                      periods=periods, history=ledger if isinstance(ledger, Ledger) else None)
+                      periods=settings.period_caps(settings.metadata),
+                      history=ledger if isinstance(ledger, Ledger) else None)
 
 
 def _tool_names(body: Mapping[str, Any]) -> set[str]:
@@ -381,7 +380,7 @@ class _Run:
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await _snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-            exit = await self._converse(workspace, targets, deadline, watchdog.tag)
+            ended = await self._converse(workspace, targets, deadline, watchdog.tag)
             session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
                 store = _session_store(settings, session_id)  # kept, for --session
@@ -398,7 +397,7 @@ class _Run:
                 warm.cancel()
         return self._result(Happened(
             run_id=self.account.run_id, model=settings.model, mode=settings.mode, sandbox=plan.sandbox,
-            timeout=settings.timeout, exit=exit, records=tuple(self.account.records or ()),
+            timeout=settings.timeout, exit=ended, records=tuple(self.account.records or ()),
             events=tuple(self.events), session_id=session_id, fatal=self.fatal, refusal=self.refusal,
             warnings=(*self.account.budget.overshoot(self.account.spent), *self.warnings,
                       *_silent_mcp_servers(settings, self.offered)),

@@ -63,7 +63,8 @@ class _SessionRun:
         self.model = model
         self.metadata = {**settings.metadata, **launch.metadata}
         self.account = RunAccount(launch.budget.or_else(settings.budget_for(model)), pricer=router.pricer,
-                                  keep_records=False, on_record=self.recorded, ledger=router.ledger)
+                                  keep_records=False, on_record=self.recorded, ledger=router.ledger,
+                                  periods=settings.period_caps(self.metadata), history=router.ledger)
         self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
                                session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.targets: dict[str, Target] = {}

@@ -142,10 +142,11 @@ class Settings:
         return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(
             default if isinstance(default, Budget) else None)
 
-    @property
-    def period_budgets(self) -> tuple[PeriodBudget, ...]:
-        """The caps per metadata value and period (`budgets:` entries with `per`)."""
-        return tuple(value for value in self.budgets.values() if isinstance(value, PeriodBudget))
+    def period_caps(self, metadata: Mapping[str, Any]) -> list[tuple[PeriodBudget, str]]:
+        """The caps per metadata value and period (`budgets:` entries with `per`) that apply to a
+        run with `metadata`, each with the run's value of its key."""
+        return [(cap, str(metadata[cap.key])) for cap in self.budgets.values()
+                if isinstance(cap, PeriodBudget) and cap.key in metadata]
 
     @property
     def ledger_path(self) -> Path:

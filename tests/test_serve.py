@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import httpx
 import pytest
@@ -213,3 +214,25 @@ async def test_budgets_apply_per_session(tmp_path: Path) -> None:
         await upstream.aclose()
     ledger.close()
     assert statuses == [200, 429, 200, 200, 200, 429]  # ses_a spent its one request; ses_b has its own
+
+
+@respx.mock
+async def test_a_period_budget_caps_a_tickets_sessions_across_launches(tmp_path: Path) -> None:
+    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path).replace(
+        budgets={"ticket": {"per": "day", "max_cost": 0.00015}})
+    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+    ledger = Ledger(settings.ledger_path)
+    app, router = server_app(settings, ledger, TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
+        first = await mint(client, Launch(metadata=MappingProxyType({"ticket": "ENG-1"})))
+        second = await mint(client, Launch(metadata=MappingProxyType({"ticket": "ENG-1"})))
+        other = await mint(client, Launch(metadata=MappingProxyType({"ticket": "ENG-2"})))
+        statuses = [(await chat(client, "ses_a", first)).status_code, (await chat(client, "ses_b", first)).status_code]
+        refused = await chat(client, "ses_c", second)  # another launch, the same ticket: $0.0002 of $0.00015 spent
+        statuses += [refused.status_code, (await chat(client, "ses_d", other)).status_code]
+    for upstream in router.upstreams.values():
+        await upstream.aclose()
+    ledger.close()
+    assert statuses == [200, 200, 429, 200]
+    assert "day budget of ticket=ENG-1 exceeded" in refused.json()["error"]["message"]

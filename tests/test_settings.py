@@ -165,8 +165,9 @@ def test_budgets_are_a_models_defaults_or_with_per_a_metadata_keys_period_cap(tm
     settings = load_settings(write(tmp_path, "budgets:\n  qwen-coder: {max_cost: 2}\n"
                                              "  ticket: {per: day, max_cost: 5}\n"))
     assert settings.budget_for("litellm_proxy/qwen-coder").max_cost == 2
-    [period] = settings.period_budgets
-    assert (period.key, period.per, period.limits.max_cost) == ("ticket", "day", 5)
+    [(period, value)] = settings.period_caps({"ticket": "ENG-1", "team": "a"})
+    assert (period.key, period.per, period.limits.max_cost, value) == ("ticket", "day", 5, "ENG-1")
+    assert settings.period_caps({"team": "a"}) == []  # a run without a ticket has no day cap
     assert settings.budget_for("ticket").max_cost is None  # a period cap is no model's default
 
 

@@ -28,7 +28,7 @@ def session_directory(data_home: Path, session_id: str) -> Path | None:
     """The folder OpenCode started session `session_id` in, from the data home it is kept in;
     None when the store does not say (no database, another schema, locked for longer than 2 s)."""
     row = _session_row(data_home, session_id)
-    return Path(row[2]) if row is not None and isinstance(row[2], str) and row[2] else None
+    return Path(row[1]) if row is not None and isinstance(row[1], str) and row[1] else None
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class KeptSession:
     session_id: str
     path: Path
     started: float | None  # Unix seconds, as OpenCode recorded it
-    last_used: float  # Unix seconds: OpenCode's last update, else the store's newest file
+    last_used: float  # Unix seconds: the store's newest file
     workdir: str | None
     model: str | None
     size_bytes: int
@@ -55,7 +55,7 @@ def _session_row(store: Path, session_id: str) -> tuple[Any, ...] | None:
     with contextlib.suppress(sqlite3.Error):
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
-            row = connection.execute("SELECT time_created, time_updated, directory, model FROM session WHERE id = ?",
+            row = connection.execute("SELECT time_created, directory, model FROM session WHERE id = ?",
                                      (session_id,)).fetchone()
             return None if row is None else tuple(row)
         finally:
@@ -69,33 +69,41 @@ def _model(text: Any) -> str | None:
     return None
 
 
-def kept_sessions(data_dir: Path) -> list[KeptSession]:
-    """Every kept session, the least recently used first."""
+def _stores(data_dir: Path) -> list[tuple[Path, float]]:
+    """Each kept session's folder and when it was last used (its newest file: OpenCode writes its
+    database whenever it uses the session), the least recently used first."""
     root = data_dir / "sessions"
     found = []
-    for store in sorted(root.iterdir()) if root.is_dir() else ():
-        if not store.is_dir() or store.is_symlink():
-            continue
-        files = [path for path in store.rglob("*") if path.is_file() and not path.is_symlink()]
-        newest = max((path.stat().st_mtime for path in files), default=store.stat().st_mtime)
-        row = _session_row(store, store.name)
-        created, updated, directory, model = row if row is not None else (None, None, None, None)
-        found.append(KeptSession(
-            session_id=store.name, path=store, started=created / 1000 if isinstance(created, (int, float)) else None,
-            last_used=max(newest, updated / 1000 if isinstance(updated, (int, float)) else 0.0),
-            workdir=directory if isinstance(directory, str) else None, model=_model(model),
-            size_bytes=sum(path.stat().st_size for path in files)))
-    return sorted(found, key=lambda kept: kept.last_used)
+    for store in root.iterdir() if root.is_dir() else ():
+        if store.is_dir() and not store.is_symlink():
+            times = [path.stat().st_mtime for path in store.rglob("*") if path.is_file() and not path.is_symlink()]
+            found.append((store, max(times, default=store.stat().st_mtime)))
+    return sorted(found, key=lambda entry: (entry[1], entry[0].name))
+
+
+def _describe(store: Path, last_used: float) -> KeptSession:
+    """A kept session, as OpenCode's database and the folder say."""
+    row = _session_row(store, store.name)
+    created, directory, model = row if row is not None else (None, None, None)
+    return KeptSession(
+        session_id=store.name, path=store, started=created / 1000 if isinstance(created, (int, float)) else None,
+        last_used=last_used, workdir=directory if isinstance(directory, str) else None, model=_model(model),
+        size_bytes=sum(path.stat().st_size for path in store.rglob("*") if path.is_file() and not path.is_symlink()))
+
+
+def kept_sessions(data_dir: Path) -> list[KeptSession]:
+    """Every kept session, the least recently used first."""
+    return [_describe(store, last_used) for store, last_used in _stores(data_dir)]
 
 
 def prune_sessions(data_dir: Path, older_than_days: float, *, keep: str | None = None,
                    now: float | None = None) -> list[KeptSession]:
     """Remove the kept sessions last used more than `older_than_days` ago (0: every one) but
-    `keep`; return what was removed."""
+    `keep`; return what was removed. Only those are read closely: a run calls this as it starts."""
     cutoff = (time.time() if now is None else now) - older_than_days * 86_400
     removed = []
-    for kept in kept_sessions(data_dir):
-        if kept.session_id != keep and (older_than_days <= 0 or kept.last_used < cutoff):
-            shutil.rmtree(kept.path, ignore_errors=True)
-            removed.append(kept)
+    for store, last_used in _stores(data_dir):
+        if store.name != keep and (older_than_days <= 0 or last_used < cutoff):
+            removed.append(_describe(store, last_used))
+            shutil.rmtree(store, ignore_errors=True)
     return removed
