@@ -3,10 +3,13 @@
 OpenCode 1.18 sends, besides the agent's own turns, a title request ("You are a title generator",
 skipped when the run names its title), a compaction request when the context overflows ("You are a
 context summarization agent") and a session summary ("Summarize what was done in this
-conversation"), each with a prompt of its own (read from OpenCode's bundled code). A request is
-background only when its *first system message* starts with such a prompt, or, for the summary,
-its last user message is that instruction: text the agent can put elsewhere in a request (a file
-it read, a tool's output) cannot make a turn pass for a background call, and a turn cap counts it.
+conversation"), each with a prompt of its own (read from OpenCode's bundled code), and none offers
+the model a tool (seen for title and compaction). A request is background only when it offers no
+tool and its *first system message* starts with such a prompt, or, for the summary, its last user
+message is that instruction. Text the agent puts elsewhere in a request (a file it read, a tool's
+output) cannot make a turn pass for a background call; and an agent that reads the run's token and
+writes a request of its own with such a prompt gets at most a completion without tools, which
+acts on nothing (a turn cap bounds actions) and which every budget still counts.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def _text(content: Any) -> str:
 
 def request_purpose(body: Mapping[str, Any]) -> str:
     """`main`, `title`, `summary` or `compaction`, from a Chat Completions request body."""
+    if body.get("tools"):  # only a turn can act
+        return "main"
     messages = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
     system = next((m for m in messages if m.get("role") == "system"), None)
     if system is not None:

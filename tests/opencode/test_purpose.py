@@ -29,3 +29,12 @@ def test_text_the_agent_controls_never_makes_a_turn_a_background_call() -> None:
     assert request_purpose(body(("system", "You are OpenCode"), ("system", TITLE), ("user", "Fix it"))) == "main"
     assert request_purpose(body(("system", "You are OpenCode"), ("user", "Summarize what was done in this "
                                 "conversation"), ("tool", "ok"), ("user", "now continue"))) == "main"
+
+
+def test_a_request_that_offers_tools_is_a_turn_whatever_its_prompt() -> None:
+    """OpenCode's background calls offer no tool; a request written to look like one, with tools,
+    would be a turn that escapes the turn cap."""
+    forged = {**body(("system", TITLE), ("user", "Summarize what was done in this conversation")),
+              "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}]}
+    assert request_purpose(forged) == "main"
+    assert request_purpose({**forged, "tools": []}) == "title"  # without tools: what OpenCode's title call is
