@@ -84,6 +84,7 @@ class Reply:
     cut_after: int | None = None  # drop the connection after this many chunks
     sse_error: str | None = None  # end the stream with an SSE error event instead of [DONE]
     hang: float = 0.0  # wait this long before answering at all
+    until: Callable[[], bool] | None = None  # with hang: answer as soon as this holds (at most `hang` s)
     byte_delay: float = 0.0  # send the stream one byte at a time, this far apart
     echo_key: bool = False  # an error that repeats the request's key, as a careless server would
 
@@ -172,7 +173,9 @@ class ScriptedUpstream:
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
         reply = self._next_reply(body)
         if reply.hang:
-            await asyncio.sleep(reply.hang)
+            deadline = asyncio.get_running_loop().time() + reply.hang
+            while asyncio.get_running_loop().time() < deadline and not (reply.until and reply.until()):
+                await asyncio.sleep(0.05 if reply.until else reply.hang)
         if reply.status >= 400:
             message = reply.error
             if reply.echo_key:

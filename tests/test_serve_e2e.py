@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,11 +171,15 @@ def test_a_title_call_goes_to_the_small_model_and_is_recorded_with_its_purpose_a
     server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    titled = threading.Event()
+
     def answer(body: dict[str, Any]) -> Reply:
         system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
         if "You are a title generator" in json.dumps(system):
+            titled.set()
             return Reply(text="Greeting the user", usage=usage(300, 4))
-        return Reply(text="Hello " * 10, usage=usage(1000, 20), chunk_delay=0.3)  # slow: the title goes out first
+        # The run's answer waits for the title call, which OpenCode skips once the run is over.
+        return Reply(text="Hello " * 10, usage=usage(1000, 20), hang=60, until=titled.is_set)
 
     monkeypatch.setattr(upstream, "fallback", answer)
     launched = subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", "--small-model", "openai/gpt-4.1-nano",
