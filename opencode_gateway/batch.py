@@ -329,10 +329,11 @@ async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, 
     batch.results_file.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     progress = progress or Progress(batch, len(todo), concurrency)
     gate = asyncio.Semaphore(concurrency)
+    runs_on = executor or LocalExecutor()
 
     async def one(task: Task) -> Outcome:
         async with gate:
-            outcome = await _run_task(task, batch, settings, progress, executor or LocalExecutor())
+            outcome = await _run_task(task, batch, settings, progress, runs_on)
         with batch.results_file.open("a", encoding="utf-8") as out:
             out.write(json.dumps(outcome.to_dict(), ensure_ascii=False) + "\n")
         return outcome
