@@ -191,8 +191,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_path})", file=sys.stderr)
         sys.stdout.write("[]\n" if args.format == "json" else "")
         return 0
+    if args.html:
+        return _write_dashboard(args, settings, where)
     report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where)
     sys.stdout.write(report.render(args.format))
+    return 0
+
+
+def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[tuple[str, str]]) -> int:
+    """`report --html FILE`: the dashboard as one file that opens with no network."""
+    from .dashboard.data import Query, dashboard_data
+    from .dashboard.page import render_page
+
+    data = dashboard_data(settings.ledger_path, Query(by=args.by, since=args.since, until=args.until,
+                                                      where=tuple(where), limit=None), settings.pricing)
+    target = Path(args.html)
+    try:
+        target.write_text(render_page(data))
+    except OSError as exc:
+        raise SettingsError(f"cannot write {target}: {exc.strerror}: pass --html PATH in a writable folder") from None
+    print(f"opencode-gateway: wrote {target} ({data['total']['requests']:,} requests, {data['runs']['count']:,} runs)",
+          file=sys.stderr)
     return 0
 
 
@@ -258,9 +277,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from .serve import serve
 
-    def announce(url: str, token_file: str) -> None:
+    def announce(url: str, token_file: str, login_url: str) -> None:
         print(f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
               "`opencode-gateway opencode -m MODEL`; Ctrl-C stops", file=sys.stderr, flush=True)
+        print(f"opencode-gateway: spend dashboard: {login_url} (a one-time login)", file=sys.stderr, flush=True)
 
     asyncio.run(owning_loop(serve(_settings(args), host=args.host or "127.0.0.1", port=args.port,
                                   allow_remote=args.host is not None, on_ready=announce)))
@@ -531,6 +551,8 @@ def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="only runs whose metadata KEY is VALUE")
     report.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    report.add_argument("--html", metavar="FILE", help="write the spend dashboard (charts, top groups, runs and their "
+                        "requests) as one HTML file that opens with no network")
     _ledger_flag(report)
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
     report.add_argument("--reconcile", action="store_true",

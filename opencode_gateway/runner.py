@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
@@ -33,21 +33,18 @@ from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.pricing import Pricer
 from .accounting.records import RequestRecord
-from .accounting.run import RunAccount, new_run_id
+from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
-from .endpoint.app import Endpoint, Target, Targeting, create_app
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .endpoint.upstream import opencode_retries, upstream_for
 from .errors import BudgetExceeded, CapabilityUnsupported, SettingsError
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
 from .files import Snapshot, Unlisted
-from .litellm_gateway.preflight import check_gateway
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
 from .opencode.lines import Event
-from .opencode.process import OpenCodeProcess, ProcessExit, run_argv
+from .opencode.process import OpenCodeProcess, ProcessExit, opencode_retries, run_argv
 from .opencode.sandbox import resolve_sandbox
 from .opencode.sessions import prune_sessions, session_directory
 from .opencode.skills import Skill, load_skills
@@ -58,6 +55,9 @@ from .ordering import CausalOrder
 from .output import OutputSpec
 from .result import OutputInvalid, RunResult
 from .settings import RunSettings, Settings
+
+if TYPE_CHECKING:
+    from .endpoint.app import Target, Targeting
 
 __all__ = ["Plan", "RunResult", "arun", "astream", "check", "prepare", "run", "stream"]
 
@@ -94,14 +94,6 @@ class Plan:
         The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
         sends them to the driver's)."""
         settings = self.settings
-        if settings.mode == "gateway":
-            try:
-                await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
-                                    settings.model.removeprefix(GATEWAY_PREFIX))
-            except BudgetExceeded as exc:  # spent before the run: it ends as a refusal would, unstarted
-                return conclude(Happened(run_id=new_run_id(), model=settings.model, mode=settings.mode, sandbox=self.sandbox,
-                                         timeout=settings.timeout, exit=ProcessExit(None, "", False, False),
-                                         session_id=self.session_id, refusal=Refusal("budget", str(exc))))
         if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
             await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days,
                                     keep=self.session_id)
@@ -277,6 +269,9 @@ def _silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
 def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
     """Where a run's requests go: the run's model, and the small model of OpenCode's background
     calls if it is another."""
+    from .endpoint.app import Target
+    from .endpoint.upstream import upstream_for
+
     return {model: Target(model, upstream_for(settings, model), tagging, account)
             for model in dict.fromkeys((settings.model, settings.small_model or settings.model))}
 
@@ -291,6 +286,78 @@ def _routed(targets: Mapping[str, Target], model: str) -> Target | Targeting:
         return targets.get(requested, targets[model]) if isinstance(requested, str) else targets[model]
 
     return target
+
+
+def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_path: Path | None,
+              tag: str) -> tuple[OpenCodeProcess, str]:
+    """OpenCode's process, not yet started, given its isolated config with the endpoint's address;
+    and the run's token, which the endpoint is to ask for."""
+    settings = plan.settings
+    workspace.prepare()
+    token = secrets.token_urlsafe(32)
+    token_file = workspace.write_token(token)
+    readable = workspace.add_skills(plan.skills)
+    instructions = workspace.add_instructions(
+        [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part])
+    config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file,
+                              instructions=instructions, readable_dirs=readable)
+    env = workspace.environment(settings, config, plan.workdir)
+    argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
+    if plan.sandbox == "bwrap":
+        argv, env = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
+                                      socket_path=socket_path)
+    return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag), token
+
+
+class _GatewayCheck:
+    """Gateway mode: the gateway's check (does it answer, may the key use the group), under way
+    while OpenCode starts. No request is forwarded until it passed (Endpoint.checked); a failed
+    check stops OpenCode before any model call."""
+
+    def __init__(self, settings: RunSettings, process: OpenCodeProcess) -> None:
+        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
+
+        self._check = asyncio.ensure_future(check_gateway(
+            gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
+            settings.model.removeprefix(GATEWAY_PREFIX)))
+        self._check.add_done_callback(lambda _: self._stop_on_failure(process))
+
+    def _stop_on_failure(self, process: OpenCodeProcess) -> None:
+        if self.failed() is not None:
+            process.stop()
+
+    def failed(self) -> BaseException | None:
+        """What failed, once the check is done (None before, or if it passed)."""
+        check = self._check
+        return None if not check.done() or check.cancelled() else check.exception()
+
+    async def outcome(self) -> Refusal | None:
+        """Once the check is done: a spent budget ends the run as a refused call does; any other
+        failure is raised (PreflightError: exit 2), as it was when the check came before OpenCode."""
+        await asyncio.wait([self._check])
+        error = self.failed()
+        if error is not None and not isinstance(error, BudgetExceeded):
+            raise error
+        return None if error is None else Refusal("budget", str(error))
+
+    async def refusal(self) -> str | None:
+        """For the endpoint: None once the check passed, else what failed."""
+        await asyncio.wait([self._check])
+        error = self.failed()
+        return None if error is None else str(error)
+
+    def cancel(self) -> None:
+        self._check.cancel()
+
+
+def _warm_up(mode: str) -> None:
+    """What the first request needs, imported while OpenCode starts: litellm (~2.4 s) in SDK mode;
+    in gateway mode the relay's transport, aiohttp (~0.15 s). Gateway mode never imports litellm
+    for its own sake: a proxy reports each stream's cost, or its bundled price map prices it."""
+    if mode == "sdk":
+        _litellm.load()
+    else:
+        import aiohttp  # noqa: F401
 
 
 async def _snapshot(workdir: Path, max_file_bytes: int, deadline: float, warnings: list[str]) -> Snapshot | None:
@@ -320,6 +387,7 @@ class _Run:
         self.process: OpenCodeProcess | None = None
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
+        self.preflight: _GatewayCheck | None = None
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The
@@ -364,15 +432,10 @@ class _Run:
 
     async def execute(self) -> RunResult:
         plan, settings = self.plan, self.settings
-        # SDK mode calls litellm on the first request: import it (~2.4 s) while OpenCode starts. In
-        # gateway mode a LiteLLM proxy reports each stream's cost, so litellm is imported only if a
-        # price must be looked up; importing it anyway would cost every run its 2.4 s of CPU.
-        warm = asyncio.ensure_future(asyncio.to_thread(_litellm.load)) if settings.mode == "sdk" else None
         started = time.monotonic()
         deadline = started + settings.timeout  # the whole run, snapshots included, ends by then
         tagging = Tagging(settings.tags, settings.metadata, session_id=self.account.run_id,
                           tag_metadata_keys=settings.tag_metadata_keys)
-        targets = _targets(settings, tagging, self.account)
         self.account.open(model=settings.model, mode=settings.mode, workdir=str(plan.workdir),
                           metadata=settings.metadata, tags=tagging.all_tags, session_id=plan.session_id)
         private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
@@ -380,7 +443,7 @@ class _Run:
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await _snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-            ended = await self._converse(workspace, targets, deadline, watchdog.tag)
+            ended = await self._converse(workspace, tagging, deadline, watchdog.tag)
             session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
                 store = _session_store(settings, session_id)  # kept, for --session
@@ -389,12 +452,8 @@ class _Run:
             after = None if before is None else await _snapshot(plan.workdir, settings.diff_max_bytes, deadline,
                                                                  self.warnings)
         finally:
-            for target in targets.values():
-                await target.upstream.aclose()
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()
-            if warm is not None and not warm.done():
-                warm.cancel()
         return self._result(Happened(
             run_id=self.account.run_id, model=settings.model, mode=settings.mode, sandbox=plan.sandbox,
             timeout=settings.timeout, exit=ended, records=tuple(self.account.records or ()),
@@ -404,38 +463,48 @@ class _Run:
             files=before.changes(after) if before is not None and after is not None else (),
             duration_s=time.monotonic() - started))
 
-    async def _converse(self, workspace: Workspace, targets: Mapping[str, Target], deadline: float,
-                        tag: str) -> ProcessExit:
-        """The endpoint up, OpenCode run against it until it exits, is stopped, or the deadline."""
-        plan, settings = self.plan, self.settings
-        workspace.prepare()
-        token = secrets.token_urlsafe(32)
-        token_file = workspace.write_token(token)
-        readable = workspace.add_skills(plan.skills)
-        instructions = workspace.add_instructions(
-            [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part])
-        app = create_app(Endpoint(
-            token=token, target=_routed(targets, settings.model),
-            secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
-            first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
-            on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
-        ))
-        confined = plan.sandbox == "bwrap"
-        bridged = confined and settings.sandbox_network == "endpoint"
+    async def _converse(self, workspace: Workspace, tagging: Tagging, deadline: float, tag: str) -> ProcessExit:
+        """OpenCode started first; then, while it starts (~2 s), the endpoint built and served (its
+        first request waits in the port's backlog meanwhile); until OpenCode exits, is stopped, or
+        the deadline."""
+        settings = self.settings
+        bridged = self.plan.sandbox == "bwrap" and settings.sandbox_network == "endpoint"
         socket_path = workspace.private / "endpoint.sock" if bridged else None
-        async with EndpointServer(app, unix_socket=socket_path) as server:
-            config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file,
-                                      instructions=instructions, readable_dirs=readable)
-            env = workspace.environment(settings, config, plan.workdir)
-            argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
-            if confined:
-                argv, env = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
-                                              socket_path=socket_path)
-            self.process = OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag)
-            try:
-                return await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
-            finally:
-                self.order.close()
+        server = EndpointServer(unix_socket=socket_path)
+        targets: dict[str, Target] = {}
+        warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        try:
+            self.process, token = _opencode(self.plan, workspace, server, socket_path, tag)
+            await self.process.start()
+            self.preflight = _GatewayCheck(settings, self.process) if settings.mode == "gateway" else None
+            warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings.mode))
+            from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
+
+            targets.update(_targets(settings, tagging, self.account))
+            server.app = create_app(Endpoint(
+                token=token, target=_routed(targets, settings.model),
+                secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
+                first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
+                on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
+                checked=None if self.preflight is None else self.preflight.refusal,
+            ))
+            async with server:
+                ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
+            if self.preflight is not None:
+                self.refusal = self.refusal or await self.preflight.outcome()
+            return ended
+        except BaseException:
+            if self.process is not None:  # started, and the endpoint failed to come up: not left running
+                await self.process.kill()
+            raise
+        finally:
+            server.close()
+            self.order.close()
+            for target in targets.values():
+                await target.upstream.aclose()
+            warm.cancel()
+            if self.preflight is not None:
+                self.preflight.cancel()
 
     def _result(self, happened: Happened) -> RunResult:
         """The result, the ledger row closed with it; an invalid output is raised."""

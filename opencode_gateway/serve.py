@@ -39,6 +39,7 @@ from .endpoint.app import (
     create_app,
     error_response,
 )
+from .dashboard.live import DashboardAccess, dashboard_routes
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream, upstream_for
@@ -144,7 +145,8 @@ class SessionRouter:
             "since": self.started_at,
             **self.totals.summary(),
             "sessions": [{"session_id": run.session_id, "run_id": run.account.run_id, "launch_id": run.launch.launch_id,
-                          "model": run.model, "metadata": run.metadata, **run.account.totals.summary()}
+                          "model": run.model, "metadata": run.metadata, "last_request_at": run.ended_at,
+                          **run.account.totals.summary()}
                          for run in self.sessions.values()],
             "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},
         }
@@ -154,10 +156,13 @@ class SessionRouter:
             run.update("done")
 
 
-def server_app(settings: Settings, ledger: Ledger, admin_token: str) -> tuple[Starlette, SessionRouter]:
+def server_app(settings: Settings, ledger: Ledger, admin_token: str,
+               access: DashboardAccess | None = None) -> tuple[Starlette, SessionRouter]:
     """The long-lived endpoint's app, and the router that keeps its launches and sessions. Model
-    calls need a launch's token; `/launches` and `/stats` need the admin token."""
+    calls need a launch's token; `/launches` and `/stats` need the admin token; the dashboard (`/`)
+    the admin token or a login's cookie (`access` hands out the logins)."""
     router = SessionRouter(settings, ledger)
+    access = access or DashboardAccess(admin_token)
 
     def admin(request: Request) -> bool:
         return secrets.compare_digest((bearer(request.headers) or "").encode(), admin_token.encode())
@@ -180,7 +185,9 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str) -> tuple[St
     endpoint = Endpoint(token=router.known, target=router.target, secrets=(*settings.secrets, admin_token),
                         pricer=router.pricer, estimate_usage=settings.estimate_usage,
                         first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes)
-    routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"])]
+    routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"]),
+              *dashboard_routes(access, settings.ledger_path, dict(settings.pricing),
+                                lambda: list(reversed(router.stats()["sessions"])))]
     return create_app(endpoint, routes), router
 
 
@@ -188,8 +195,9 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,
-                on_ready: Callable[[str, str], None] | None = None) -> None:
-    """Serve until SIGINT, SIGTERM or SIGHUP (or cancellation); then every session's run is closed."""
+                on_ready: Callable[[str, str, str], None] | None = None) -> None:
+    """Serve until SIGINT, SIGTERM or SIGHUP (or cancellation); then every session's run is closed.
+    `on_ready(url, token file, the dashboard's one-time login URL)` once it listens."""
     try:
         running = ServerState.read(settings.data_dir)
     except SettingsError:
@@ -199,7 +207,9 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
                             f"{settings.data_dir}: use it, or stop it first")
     token_file = server_token(settings.data_dir)
     ledger = Ledger(settings.ledger_path)
-    app, router = server_app(settings, ledger, token_file.read_text().strip())
+    admin_token = token_file.read_text().strip()
+    access = DashboardAccess(admin_token)
+    app, router = server_app(settings, ledger, admin_token, access)
     socket_path = server_socket(settings.data_dir)
     socket_path.unlink(missing_ok=True)  # left by a server that was killed
     try:
@@ -216,7 +226,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
         async with listening:
             ServerState(listening.url, os.getpid(), str(token_file)).write(settings.data_dir)
             if on_ready is not None:
-                on_ready(listening.url, str(token_file))
+                on_ready(listening.url, str(token_file), f"{listening.url}/login?code={access.new_code()}")
             await stop.wait()
     finally:
         for signum in _STOP_SIGNALS:

@@ -323,9 +323,9 @@ def json_kinds(annotation: Any) -> tuple[type, ...]:
 
 
 # What config.yaml may contain (every setting), and the types each key may be written as.
+_HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
 _FILE_KEYS: dict[str, tuple[type, ...]] = {
-    f.name: json_kinds(typing.get_type_hints(Settings)[f.name]) for f in dataclasses.fields(Settings)
-    if f.metadata.get("setting", True)
+    f.name: json_kinds(_HINTS[f.name]) for f in dataclasses.fields(Settings) if f.metadata.get("setting", True)
 }
 
 

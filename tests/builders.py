@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from opencode_gateway.accounting.pricing import Cost
@@ -27,3 +28,30 @@ def sse(*events: object, done: bool = True) -> bytes:
     """`events` as an SSE body, ended by [DONE] unless `done` is False."""
     body = b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
     return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start: float = 1_796_000_000.0) -> Path:
+    """A ledger of finished runs over several days, tickets and models: one request unpriced and
+    one without usage, cache reads on the priced ones (gpt-4o-mini is in LiteLLM's price map)."""
+    from opencode_gateway.accounting.ledger import Ledger
+    from opencode_gateway.accounting.records import RunUsage
+
+    models = ("openai/gpt-4o-mini", "litellm_proxy/team-a", "anthropic/claude-sonnet-4-5")
+    ledger = Ledger(path)
+    for number in range(runs):
+        run_id, model, started = f"run_{number:02}", models[number % 3], start + number * 30_000.0
+        ledger.start_run(run_id=run_id, started_at=started, model=model, mode="gateway", workdir="/w",
+                         metadata={"ticket": f"ENG-{400 + number % 5}"}, tags=("harness",), session_id=None)
+        for index in range(requests_per_run):
+            unpriced, missing = (number, index) == (1, 0), (number, index) == (2, 0)
+            usage = None if missing else Usage(1000 + 10 * number, 50 + index, 200 * index, 0, 5)
+            ledger.record_request(run_id, record(
+                f"{run_id}_{index}", usage=usage, cost=None if unpriced or missing else 0.001 * (number + 1) + index * 1e-4,
+                source="unpriced" if unpriced or missing else "litellm", model=model,
+                upstream_model=model.rsplit("/", 1)[-1], started_at=started + index, duration_s=1.0, ttfb_s=0.25,
+                usage_missing=missing, session_id="ses_1", purpose="title" if index == 2 else "main"))
+        ledger.update_run(run_id=run_id, ended_at=started + 10, session_id="ses_1", stop_reason="done", error=None,
+                          usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0), cost=0.0,
+                          unpriced=0)
+    ledger.close()
+    return path

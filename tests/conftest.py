@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import respx
 
 from opencode_gateway.opencode.binary import pinned_binary
 from opencode_gateway.settings import Settings, default_data_dir
@@ -25,6 +26,15 @@ from litellm_proxy import LiteLLMProxy, ProxyError, groups  # noqa: E402
 from scripted_upstream import ScriptedUpstream  # noqa: E402
 
 SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
+
+
+@pytest.fixture
+def gateway() -> Iterator[respx.MockRouter]:
+    """A LiteLLM gateway mocked by respx at the httpx client (the relay's own transport is aiohttp's:
+    endpoint/transport.py); the tests' own clients of an app under test (ASGI) pass through."""
+    with respx.mock(using="httpx") as router:
+        router.route(host__in=("endpoint", "e", "serve")).pass_through()
+        yield router
 
 
 def _serve() -> Iterator[ScriptedUpstream]:

@@ -82,6 +82,8 @@ def test_layers_import_one_way() -> None:
             assert not {i for i in imported if i.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))}
         if name.startswith("opencode_gateway.opencode"):  # knows nothing of forwarding
             assert not {i for i in imported if i.startswith("opencode_gateway.endpoint")}, name
+        if name in ("opencode_gateway.dashboard.data", "opencode_gateway.dashboard.page"):  # a file, no server
+            assert not {i for i in imported if i.startswith(("opencode_gateway.endpoint", "opencode_gateway.serve"))}
 
 
 PROBE = """

@@ -80,7 +80,7 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
     assert {line["status"] for line in json.loads(tampered.stdout)} == {"differs"}
 
 
-def test_a_key_that_may_not_use_the_group_fails_before_opencode_starts(
+def test_a_key_that_may_not_use_the_group_fails_before_any_model_call(
     proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str
 ) -> None:
     key = new_key(proxy, models=["team-a"], key_alias="alias-scoped")
@@ -91,7 +91,7 @@ def test_a_key_that_may_not_use_the_group_fails_before_opencode_starts(
     message = result.stderr.strip()
     assert "model group 'team-b'" in message and "'alias-scoped'" in message and "may use: team-a" in message
     assert key not in message
-    assert upstream.requests == []  # OpenCode never started, nothing was sent
+    assert upstream.requests == []  # checked while OpenCode started; OpenCode stopped before any call
     assert time.monotonic() - started < 30
 
 

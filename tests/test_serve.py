@@ -74,11 +74,10 @@ async def chat(client: httpx.AsyncClient, session: str | None, token: str, model
                              json={"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
 
 
-@respx.mock
 async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribution(
-    client: httpx.AsyncClient, settings: Settings, ledger: Ledger
+    gateway: respx.MockRouter,     client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
-    upstream = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
+    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
         httpx.Response(200, content=stream_body(100 * i, 10 * i, 0.001 * i),
                        headers={"content-type": "text/event-stream"}) for i in (1, 2, 3)])
     first = await mint(client, Launch({"ticket": "ENG-1"}, ("alice",), "/repo/a"))
@@ -140,11 +139,10 @@ async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
     assert response.status_code == 400 and message in response.json()["error"]["message"]
 
 
-@respx.mock
 async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attribution(
-    client: httpx.AsyncClient, settings: Settings, ledger: Ledger
+    gateway: respx.MockRouter,     client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
-    upstream = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(100, 10, 0.001), headers={"content-type": "text/event-stream"}))
     victim = await mint(client, Launch({"ticket": "ENG-1"}))
     attacker = await mint(client, Launch({"ticket": "ENG-2"}))
@@ -198,10 +196,9 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
     assert router.sessions == {}
 
 
-@respx.mock
-async def test_budgets_apply_per_session(tmp_path: Path) -> None:
+async def test_budgets_apply_per_session(gateway: respx.MockRouter, tmp_path: Path) -> None:
     settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1)
-    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
@@ -216,11 +213,11 @@ async def test_budgets_apply_per_session(tmp_path: Path) -> None:
     assert statuses == [200, 429, 200, 200, 200, 429]  # ses_a spent its one request; ses_b has its own
 
 
-@respx.mock
-async def test_a_period_budget_caps_a_tickets_sessions_across_launches(tmp_path: Path) -> None:
+async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
+        gateway: respx.MockRouter, tmp_path: Path) -> None:
     settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path).replace(
         budgets={"ticket": {"per": "day", "max_cost": 0.00015}})
-    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)

@@ -2,7 +2,8 @@
 
 A request's row is committed as soon as the request ends, so killing the process mid-run loses
 no finished request. Writes go through one worker thread that owns the write connection, so the
-endpoint's event loop never waits on the disk.
+endpoint's event loop never waits on the disk; request rows that queue up while it writes go in
+together, in one transaction (a commit per row was a sixth of the relay's CPU at 500 requests/s).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -231,6 +233,9 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     return {str(row[0]) for row in rows if row[0] is not None}
 
 
+_INSERT_REQUEST = f"INSERT INTO requests VALUES ({', '.join('?' * 23)})"
+
+
 class RunLedger(Protocol):
     """What a run's account writes to: the Ledger, or a channel to one in another process."""
 
@@ -257,6 +262,8 @@ class Ledger:
         self._connection = connect(path, timeout=timeout)  # here, so a bad file fails before the run starts
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._failure: LedgerError | None = None
+        self._rows: list[tuple[Any, ...]] = []  # request rows not yet handed to the writer
+        self._rows_lock = threading.Lock()
 
     def _write(self, sql: str, parameters: Sequence[Any]) -> None:
         try:
@@ -280,15 +287,28 @@ class Ledger:
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
         usage = record.usage
-        self._submit(self._write, "INSERT INTO requests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                     "?, ?, ?, ?, ?)", (
-                         record.request_id, run_id, record.session_id, record.response_id, record.model,
-                         record.upstream_model, record.status_code, int(record.stream),
-                         usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
-                         usage.cache_read_tokens if usage else 0, usage.cache_write_tokens if usage else 0,
-                         usage.reasoning_tokens if usage else 0, int(record.usage_missing), int(record.estimated),
-                         record.cost.usd, record.cost.source, record.attempts, record.error, record.started_at,
-                         record.ttfb_s, record.duration_s, record.purpose))
+        row = (record.request_id, run_id, record.session_id, record.response_id, record.model, record.upstream_model,
+               record.status_code, int(record.stream), usage.input_tokens if usage else 0,
+               usage.output_tokens if usage else 0, usage.cache_read_tokens if usage else 0,
+               usage.cache_write_tokens if usage else 0, usage.reasoning_tokens if usage else 0,
+               int(record.usage_missing), int(record.estimated), record.cost.usd, record.cost.source, record.attempts,
+               record.error, record.started_at, record.ttfb_s, record.duration_s, record.purpose)
+        with self._rows_lock:
+            self._rows.append(row)
+            first = len(self._rows) == 1
+        if first:  # one write job takes every row queued until it runs
+            self._submit(self._write_rows)
+
+    def _write_rows(self) -> None:
+        with self._rows_lock:
+            rows, self._rows = self._rows, []
+        try:
+            with self._connection:  # one transaction
+                self._connection.execute("BEGIN")
+                self._connection.executemany(_INSERT_REQUEST, rows)
+        except sqlite3.Error:  # rolled back: row by row, so one bad row loses no other
+            for row in rows:
+                self._write(_INSERT_REQUEST, row)
 
     def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
                    error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:

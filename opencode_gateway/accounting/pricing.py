@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import _litellm
 from ..errors import SettingsError
+from .price_map import map_price
 from .usage import Usage
 
 __all__ = ["Cost", "Price", "Pricer", "litellm_price"]
@@ -84,7 +85,11 @@ class Price:
 
 def litellm_price(model: str, usage: Usage) -> float | None:
     """LiteLLM's price for the usage, given the whole usage object so every token kind is priced
-    as LiteLLM prices it; None when LiteLLM does not know the model."""
+    as LiteLLM prices it; None when LiteLLM does not know the model. Read from its bundled map
+    without importing litellm where that gives the same figure (price_map.py)."""
+    usd = map_price(model, usage)
+    if usd is not None:
+        return usd
     litellm = _litellm.load()
     usage_object = litellm.Usage(**dict(usage.raw)) if usage.raw else litellm.Usage(
         prompt_tokens=usage.input_tokens,

@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "Group", "Report", "build_report", "parse_time", "render_table"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "Group", "Report", "build_report", "check_dimension",
+           "grouping", "parse_time", "render_table", "selection"]
 
 BUILT_IN_GROUPS: Mapping[str, str] = {
     "model": "q.model",
@@ -119,17 +120,20 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
                  status=row["status"] if "status" in row.keys() else None)
 
 
-def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
-                 where: Sequence[tuple[str, str]] = ()) -> Report:
-    """Totals per group, most expensive first, and a total that counts each request once."""
+def grouping(by: str) -> tuple[str, list[Any]]:
+    """The SQL of a `--by` dimension (over `requests q JOIN runs r`, and `tag` for by tag) and its
+    parameters."""
     if by in BUILT_IN_GROUPS:
-        key_sql, parameters = BUILT_IN_GROUPS[by], []
-    elif _METADATA_KEY.match(by):
-        key_sql, parameters = "json_extract(r.metadata, ?)", [f'$."{by}"']
-    else:
-        raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
-                            f"{', '.join(BUILT_IN_GROUPS)}")
-    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
+        return BUILT_IN_GROUPS[by], []
+    if _METADATA_KEY.match(by):
+        return "json_extract(r.metadata, ?)", [f'$."{by}"']
+    raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
+                        f"{', '.join(BUILT_IN_GROUPS)}")
+
+
+def selection(since: str | None = None, until: str | None = None,
+              where: Sequence[tuple[str, str]] = ()) -> tuple[str, list[Any]]:
+    """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
     filters: list[Any] = []
     if since:
@@ -143,23 +147,33 @@ def build_report(path: Path, *, by: str = "ticket", since: str | None = None, un
             raise SettingsError(f"--where {key!r}: metadata keys are letters, digits, _ . -")
         conditions.append("json_extract(r.metadata, ?) = ?")
         filters += [f'$."{key}"', value]
-    where_sql = ("WHERE " + " AND ".join(conditions)) if conditions else ""
-    source = "requests q JOIN runs r ON r.run_id = q.run_id"
+    return ("WHERE " + " AND ".join(conditions)) if conditions else "", filters
+
+
+SOURCE = "requests q JOIN runs r ON r.run_id = q.run_id"
+
+
+def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
+                 where: Sequence[tuple[str, str]] = ()) -> Report:
+    """Totals per group, most expensive first, and a total that counts each request once."""
+    key_sql, parameters = grouping(by)
+    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
+    where_sql, filters = selection(since, until, where)
     tag_join = ", json_each(r.tags) AS tag" if by == "tag" else ""
     connection = connect(path, create=False)
     try:
-        _check_dimension(connection, by)
+        check_dimension(connection, by)
         rows = connection.execute(
-            f"SELECT {key_sql} AS grp, {_SUMS}{status_sql} FROM {source}{tag_join} {where_sql} GROUP BY grp "
+            f"SELECT {key_sql} AS grp, {_SUMS}{status_sql} FROM {SOURCE}{tag_join} {where_sql} GROUP BY grp "
             "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*parameters, *filters]).fetchall()
-        total = connection.execute(f"SELECT {_SUMS} FROM {source} {where_sql}", filters).fetchone()
+        total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
     finally:
         connection.close()
     groups = tuple(_group(row, None if row["grp"] is None else str(row["grp"])) for row in rows)
     return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
 
 
-def _check_dimension(connection: Any, by: str) -> None:
+def check_dimension(connection: Any, by: str) -> None:
     """A word that is no dimension and no metadata key of any run is a typo (`--by modle`), not a
     report with one "(none)" group."""
     if by in BUILT_IN_GROUPS or by == DEFAULT_BY:

@@ -32,15 +32,10 @@ from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
+from ..opencode.process import opencode_retries
 from ..opencode.purpose import request_purpose
 from .tagging import Tagging, clean_body, forwarded_headers
-from .upstream import (
-    StreamStalled,
-    Upstream,
-    UpstreamReply,
-    error_body,
-    opencode_retries,
-)
+from .upstream import StreamStalled, Upstream, UpstreamReply, error_body
 
 __all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response"]
 
@@ -98,6 +93,9 @@ class Endpoint:
     # Awaited before a request is forwarded, with its OpenCode session and body: the runner holds
     # a request until OpenCode's events that it follows from are delivered (ordering.py).
     follows: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
+    # Awaited before any request is forwarded: None lets it through, a text refuses it (403). A run
+    # checks its gateway while OpenCode starts, and OpenCode's first request waits for the answer.
+    checked: Callable[[], Awaitable[str | None]] | None = None
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         token = bearer(headers)
@@ -186,6 +184,8 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         body = await _json_body(request, endpoint.max_body_bytes)
         if isinstance(body, Response):
             return body
+        if endpoint.checked is not None and (refused := await endpoint.checked()) is not None:
+            return error_response(refused, 403, "preflight_failed")
         try:
             target = (endpoint.target if isinstance(endpoint.target, Target)
                       else endpoint.target(request.headers, body.get("model")))
@@ -203,17 +203,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         if refusal:
             call.record(429, None, Cost(0.0, "refused"), None, str(refusal))
             return error_response(str(refusal), 429, "budget_exceeded")
-        try:
-            reply = await call.forward(forwarded_headers(request.headers))
-        except BaseException:  # OpenCode went away before the upstream answered: nothing to record
-            account.release(call.request_id)
-            raise
-        if reply.status_code >= 400:
-            return await call.failed(reply)
-        if stream and reply.is_stream:
-            return StreamingResponse(call.relay(reply), media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
-        return await call.whole(reply)
+        return await call.respond(forwarded_headers(request.headers))
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -251,6 +241,20 @@ class _Call:
         self.started = time.monotonic()
         self.ttfb: float | None = None
         self.attempts = 1
+
+    async def respond(self, headers: dict[str, str]) -> Response:
+        """Forward the admitted request; the answer, relayed as it comes if streamed."""
+        try:
+            reply = await self.forward(headers)
+        except BaseException:  # OpenCode went away before the upstream answered: nothing to record
+            self.target.account.release(self.request_id)
+            raise
+        if reply.status_code >= 400:
+            return await self.failed(reply)
+        if self.stream and reply.is_stream:
+            return StreamingResponse(self.relay(reply), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache"})
+        return await self.whole(reply)
 
     async def forward(self, headers: dict[str, str]) -> UpstreamReply:
         """Send upstream, retrying what OpenCode would retry (never a spent budget, never a

@@ -19,9 +19,10 @@ from ..errors import one_line
 from ..litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from ..settings import Settings
 from .tagging import Tagging
+from .transport import AiohttpTransport
 
 __all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body",
-           "opencode_retries", "upstream_for"]
+           "upstream_for"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
@@ -30,11 +31,6 @@ COST_HEADER = "x-litellm-response-cost"
 
 class StreamStalled(Exception):
     """No chunk came for longer than the idle timeout."""
-
-
-def opencode_retries(status_code: int) -> bool:
-    """Whether OpenCode retries this status by itself (6 attempts over ~70 s for a 500)."""
-    return status_code in (408, 409, 429) or status_code >= 500
 
 
 def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
@@ -133,7 +129,7 @@ class ProxyUpstream:
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
         # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
         timeout = httpx.Timeout(connect=connect_timeout, read=idle_timeout, write=60.0, pool=30.0)
-        self._client = client or httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256))
+        self._client = client or httpx.AsyncClient(timeout=timeout, transport=AiohttpTransport(max_connections=256))
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         request = self._client.build_request(
@@ -155,7 +151,7 @@ class ProxyUpstream:
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.aiter_bytes():  # decoded by the transport: as they came
                 yield chunk
         except httpx.ReadTimeout:
             raise StreamStalled(f"the upstream stream stalled for more than {self._idle:g} s") from None

@@ -18,7 +18,7 @@ from ..errors import OpenCodeNotFound
 from .binary import INSTALL_HINT
 from .lines import Event, parse_line
 
-__all__ = ["OpenCodeProcess", "ProcessExit", "run_argv"]
+__all__ = ["OpenCodeProcess", "ProcessExit", "opencode_retries", "run_argv"]
 
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
@@ -57,6 +57,11 @@ class ProcessExit:
     stopped: bool  # ended by stop(), e.g. because the endpoint saw a fatal error
 
 
+def opencode_retries(status_code: int) -> bool:
+    """Whether OpenCode retries this status by itself (6 attempts over ~70 s for a 500)."""
+    return status_code in (408, 409, 429) or status_code >= 500
+
+
 class OpenCodeProcess:
     """One `opencode run`. `await run(...)` returns when it exits, times out, or is stopped."""
 
@@ -83,7 +88,9 @@ class OpenCodeProcess:
         """Ask the run to end now (idempotent); run() kills the process group and returns."""
         self._stop.set()
 
-    async def run(self, on_event: Callable[[Event], None], timeout: float) -> ProcessExit:
+    async def start(self) -> None:
+        """Start OpenCode (`run` does, unless this did): a run starts it as early as it can, and
+        builds its endpoint while OpenCode starts."""
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *self.argv, cwd=self.cwd, env=self.env, start_new_session=True,
@@ -92,8 +99,22 @@ class OpenCodeProcess:
             )
         except OSError as exc:
             raise OpenCodeNotFound(f"cannot start {self.argv[0]}: {exc.strerror}: {INSTALL_HINT}") from exc
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(self.prompt.encode())
+            with contextlib.suppress(ConnectionError):
+                await stdin.drain()
+            stdin.close()  # OpenCode reads stdin to EOF before it starts
+        except BaseException:  # Ctrl-C while the prompt is written: nothing left behind
+            await self.kill()
+            raise
+
+    async def run(self, on_event: Callable[[Event], None], timeout: float) -> ProcessExit:
+        if self._process is None:
+            await self.start()
         process = self._process
-        assert process.stdin and process.stdout and process.stderr
+        assert process is not None and process.stdout and process.stderr
 
         async def read_events() -> None:
             async for line in process.stdout:  # type: ignore[union-attr]
@@ -106,11 +127,7 @@ class OpenCodeProcess:
 
         readers: asyncio.Future[Any] = asyncio.gather(read_events(), read_stderr())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
-        try:  # from here on, whatever happens (Ctrl-C while the prompt is written too), the finally cleans up
-            process.stdin.write(self.prompt.encode())
-            with contextlib.suppress(ConnectionError):
-                await process.stdin.drain()
-            process.stdin.close()  # OpenCode reads stdin to EOF before it starts
+        try:  # from here on, whatever happens, the finally cleans up
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:
                 readers.result()

@@ -213,3 +213,31 @@ def test_what_the_runs_of_a_metadata_value_spent_since_a_moment(tmp_path: Path) 
     spent = ledger.spent_since("ticket", "ENG-1", 150.0).result()
     ledger.close()
     assert (spent.requests, spent.tokens, round(spent.cost, 9)) == (2, 2100, 0.003)  # refused calls spent nothing
+
+
+def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    start(ledger, "run_1")
+    busy = ledger._executor.submit(time.sleep, 0.3)  # the writer is busy (a slow disk)
+    for i in range(500):
+        ledger.record_request("run_1", record(f"r{i:03}"))
+    assert not busy.done()
+    ledger.flush()
+    rows = connect(tmp_path / "ledger.db", create=False).execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    assert rows == 500
+    ledger.close()
+
+
+def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.db")
+    start(ledger, "run_1")
+    ledger.record_request("run_1", record("dup"))
+    ledger.flush()
+    ledger._executor.submit(time.sleep, 0.2)
+    for request_id in ("a", "dup", "b"):  # "dup" is there already: its insert fails, the batch's is retried
+        ledger.record_request("run_1", record(request_id))
+    ledger.flush()
+    ids = {r[0] for r in connect(tmp_path / "ledger.db", create=False).execute("SELECT request_id FROM requests")}
+    assert ids == {"dup", "a", "b"}
+    assert ledger.failure is not None and "UNIQUE" in str(ledger.failure)
+    ledger.close()

@@ -3,6 +3,7 @@ what gets recorded."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -57,9 +58,9 @@ def chat(**extra: object) -> dict:
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
-@respx.mock
-async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, records: list) -> None:
-    route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+async def test_request_is_tagged_pinned_and_stripped(
+        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         200, content=sse_body(), headers={"content-type": "text/event-stream"})
     spoofed = {**AUTH, "x-litellm-tags": "free-lunch", "x-litellm-spend-logs-metadata": '{"ticket":"OTHER"}',
                "x-api-key": "stolen", "x-session-id": "ses_abc", "user-agent": "opencode/1.18.33"}
@@ -83,9 +84,9 @@ async def test_request_is_tagged_pinned_and_stripped(client: httpx.AsyncClient, 
     assert TOKEN not in str(sent.headers) + sent.content.decode()
 
 
-@respx.mock
-async def test_stream_is_relayed_unchanged_and_its_usage_recorded(client: httpx.AsyncClient, records: list) -> None:
-    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+async def test_stream_is_relayed_unchanged_and_its_usage_recorded(
+        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         200, content=sse_body(), headers={"content-type": "text/event-stream"})
     response = await client.post("/chat/completions", json=chat(), headers=AUTH)
     assert response.content == sse_body()
@@ -97,31 +98,30 @@ async def test_stream_is_relayed_unchanged_and_its_usage_recorded(client: httpx.
     assert record.cost.source == "litellm" and record.cost.usd is not None and record.cost.usd > 0
 
 
-@respx.mock
-async def test_a_stream_without_usage_is_recorded_as_missing(client: httpx.AsyncClient, records: list) -> None:
-    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+async def test_a_stream_without_usage_is_recorded_as_missing(
+        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         200, content=sse_body(usage=None), headers={"content-type": "text/event-stream"})
     await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     [record] = records
     assert record.usage is None and record.cost.usd is None and record.cost.source == "unpriced"
 
 
-@respx.mock
-async def test_non_streamed_response_usage_and_header_cost(client: httpx.AsyncClient, records: list) -> None:
+async def test_non_streamed_response_usage_and_header_cost(
+        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
     body = {"id": "c", "model": "gpt-4o-mini", "choices": [], "usage": USAGE}
-    respx.post(f"{GATEWAY}/v1/chat/completions").respond(200, json=body, headers={"x-litellm-response-cost": "0.0123"})
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json=body, headers={"x-litellm-response-cost": "0.0123"})
     response = await client.post("/v1/chat/completions", json=chat(stream=False), headers=AUTH)
     assert response.json() == body
     [record] = records
     assert not record.stream and record.cost.usd == 0.0123 and record.cost.source == "reported"
 
 
-@respx.mock
 async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scrubbed(
-    client: httpx.AsyncClient, records: list
+    gateway: respx.MockRouter,     client: httpx.AsyncClient, records: list
 ) -> None:
     message = f"key {VIRTUAL_KEY} may not use model coder"
-    respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         403, json={"error": {"message": message, "type": "key_model_access_denied", "code": "403"}})
     response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 403
@@ -132,9 +132,9 @@ async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scru
     assert record.status_code == 403 and record.error == error["message"] and record.cost.usd == 0.0
 
 
-@respx.mock
-async def test_unreachable_gateway_is_a_502_naming_the_url(client: httpx.AsyncClient, records: list) -> None:
-    respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
+async def test_unreachable_gateway_is_a_502_naming_the_url(
+        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
     response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 502
     assert f"{GATEWAY}/v1/chat/completions" in response.json()["error"]["message"]
@@ -181,9 +181,8 @@ def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
     assert wider.sdk_metadata()["tags"] == ["harness", "opencode", "ticket:ENG-412", "team:a"]
 
 
-@respx.mock
-async def test_a_budget_error_is_not_retried(records: list[RequestRecord]) -> None:
-    route = respx.post(f"{GATEWAY}/v1/chat/completions").respond(
+async def test_a_budget_error_is_not_retried(gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
     account = RunAccount(on_record=records.append)
@@ -194,9 +193,8 @@ async def test_a_budget_error_is_not_retried(records: list[RequestRecord]) -> No
     assert "Budget has been exceeded" in response.json()["error"]["message"]
 
 
-@respx.mock
-async def test_a_429_is_retried_honouring_retry_after(records: list[RequestRecord]) -> None:
-    route = respx.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
+async def test_a_429_is_retried_honouring_retry_after(gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
         httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
         httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
     ])
@@ -210,3 +208,40 @@ async def test_a_429_is_retried_honouring_retry_after(records: list[RequestRecor
     assert response.status_code == 200 and route.call_count == 2
     assert waited >= 0.2
     assert records[0].attempts == 2 and records[0].ok
+
+
+async def test_no_request_is_forwarded_before_the_gateway_check_passed(
+        gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    """A run checks its gateway while OpenCode starts: OpenCode's first request waits for the check."""
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, content=sse_body(), headers={"content-type": "text/event-stream"})
+    passed = asyncio.Event()
+
+    async def checked() -> str | None:
+        await passed.wait()
+        return None
+
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
+                                                   RunAccount(on_record=records.append)), checked=checked)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
+        request = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat(), headers=AUTH))
+        await asyncio.sleep(0.2)
+        assert not request.done() and route.call_count == 0
+        passed.set()
+        response = await asyncio.wait_for(request, 30)
+    assert response.status_code == 200 and route.call_count == 1
+
+
+async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
+        gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    async def checked() -> str | None:
+        return "the key may not use model group 'coder'"
+
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
+                                                   RunAccount(on_record=records.append)), checked=checked)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
+        response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
+    assert response.status_code == 403 and "may not use model group" in response.json()["error"]["message"]
+    assert [call for call in gateway.calls if call.request.url.host != "e"] == [] and records == []

@@ -1,0 +1,138 @@
+"""LiteLLM's bundled price map, read without importing litellm.
+
+`import litellm` costs ~2.4 s of CPU, which a gateway-mode run would pay only to look up a price.
+The map itself is a JSON file inside the litellm package; most entries price a chat request with
+five per-token figures. Those are priced here, exactly as `litellm.cost_per_token` prices them
+(tests/accounting/test_price_map.py proves it for every entry of the map, to 1e-12 USD, with random
+usage). Everything else answers None, and the caller asks litellm: an entry with tiers, audio,
+images or any price not listed below; a usage object with more kinds than listed; a name that is
+not a key of the map; a process where litellm is already imported (its map may have been changed
+by the host: `litellm.register_model`) or told to fetch its map from the internet.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .usage import Usage
+
+__all__ = ["PROVIDERS", "entry_cost", "map_price", "price_map"]
+
+_MAP_FILE = "model_prices_and_context_window_backup.json"
+# Prices that apply only to what this gateway never asks for (a service tier, the batch API, web
+# search) or to usage this module leaves to litellm (one-hour cache writes); an entry with them is
+# still a plain per-token entry here.
+_UNUSED_SUFFIXES = ("_batches", "_priority", "_flex")
+_UNUSED = frozenset({"search_context_cost_per_query", "cache_creation_input_token_cost_above_1hr"})
+_PRICED = frozenset({"input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
+                     "cache_creation_input_token_cost", "output_cost_per_reasoning_token"})
+# The usage fields priced here; any other with a non-zero count sends the request to litellm.
+_USAGE_FIELDS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "cost", "cache_read_input_tokens",
+                           "cache_creation_input_tokens", "prompt_tokens_details", "completion_tokens_details"})
+_PROMPT_DETAILS = frozenset({"cached_tokens", "cache_creation_tokens", "text_tokens"})
+_COMPLETION_DETAILS = frozenset({"reasoning_tokens", "text_tokens"})
+# Providers whose entries litellm prices with its generic per-token formula and whose keys it
+# resolves as written (tests/accounting/test_price_map.py checks every entry of each; the others
+# have cost functions or name rules of their own, and are left to litellm).
+PROVIDERS = frozenset({
+    "aihubmix", "anthropic", "azure_ai", "bedrock", "cerebras", "cloudflare", "dashscope", "deepinfra", "gemini",
+    "groq", "mistral", "moonshot", "nebius", "novita", "oci", "ollama", "openai", "replicate", "sambanova",
+    "snowflake", "together_ai", "vercel_ai_gateway", "vertex_ai", "watsonx", "zai",
+})
+# Providers whose models litellm also knows by their bare names ("gpt-4o-mini").
+_BARE = frozenset({"openai", "anthropic"})
+_PROXY_PREFIX = "litellm_proxy/"  # litellm prices a gateway's `litellm_proxy/<model>` as <model>
+
+
+@functools.cache
+def price_map() -> Mapping[str, Mapping[str, Any]] | None:
+    """The plain entries of the bundled map, by every name litellm resolves to them; None when
+    this process must ask litellm instead (see the module's docstring)."""
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true":
+        return None
+    spec = importlib.util.find_spec("litellm")  # finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / _MAP_FILE
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    names: dict[str, Mapping[str, Any]] = {}
+    for key, entry in entries.items():
+        provider = entry.get("litellm_provider") if isinstance(entry, dict) else None
+        if provider not in PROVIDERS or not _plain(entry):
+            continue
+        if key.startswith(f"{provider}/"):
+            names[key] = entry
+        elif provider in _BARE and not key.startswith("ft:"):
+            names[key] = entry
+            names[f"{provider}/{key}"] = entry
+    return names
+
+
+def _plain(entry: Mapping[str, Any]) -> bool:
+    """Whether every price of the entry is one this module applies or one that cannot apply."""
+    for key, value in entry.items():
+        if key in _PRICED:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return False
+        elif ("cost" in key or "pric" in key or "tier" in key) and key not in _UNUSED \
+                and not key.endswith(_UNUSED_SUFFIXES):
+            return False
+    return "input_cost_per_token" in entry and "output_cost_per_token" in entry
+
+
+def _count(details: Mapping[str, Any], key: str) -> int:
+    value = details.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _simple(raw: Mapping[str, Any]) -> bool:
+    """Whether the usage object has no kind of token this module does not price."""
+    for key, value in raw.items():
+        if key in ("prompt_tokens_details", "completion_tokens_details"):
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                return False
+            allowed = _PROMPT_DETAILS if key == "prompt_tokens_details" else _COMPLETION_DETAILS
+            if any(v and k not in allowed for k, v in value.items()):
+                return False
+            if _count(value, "text_tokens"):  # litellm then prices text tokens as given: its own rule
+                return False
+        elif key not in _USAGE_FIELDS and value:
+            return False
+    return True
+
+
+def map_price(model: str, usage: Usage) -> float | None:
+    """`litellm.cost_per_token(model, usage_object)`, summed, when this module can say it; else None."""
+    if "litellm" in sys.modules:
+        return None
+    entries = price_map()
+    entry = None if entries is None else entries.get(model.removeprefix(_PROXY_PREFIX))
+    return None if entry is None else entry_cost(entry, usage)
+
+
+def entry_cost(entry: Mapping[str, Any], usage: Usage) -> float | None:
+    """The usage priced by one plain entry of the map; None when the usage has kinds not priced here."""
+    if not _simple(usage.raw):
+        return None
+    cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
+    uncached = max(usage.input_tokens - cache_read - cache_write, 0)
+    input_price = entry["input_cost_per_token"]
+    prompt = (uncached * input_price + cache_read * entry.get("cache_read_input_token_cost", input_price)
+              + cache_write * entry.get("cache_creation_input_token_cost", input_price))
+    output_price = entry["output_cost_per_token"]
+    reasoning = usage.reasoning_tokens
+    answer = max(usage.output_tokens - reasoning, 0) if reasoning else usage.output_tokens
+    completion = answer * output_price + reasoning * entry.get("output_cost_per_reasoning_token", output_price)
+    return float(prompt + completion)

@@ -1,0 +1,156 @@
+"""What the spend dashboard shows, read from the ledger and aggregated there (SQLite does the sums:
+a ledger of 100,000 requests comes to a few days x groups of figures and one page of runs).
+
+The totals and the groups are `report`'s own (build_report), so the page and `report --format
+json` agree by construction for the same filter. Unpriced requests stay unpriced: their cost is
+None, counted apart, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..accounting.ledger import connect
+from ..accounting.price_map import price_map
+from ..accounting.pricing import Price
+from ..accounting.report import SOURCE, build_report, grouping, selection
+
+__all__ = ["Query", "dashboard_data"]
+
+SERIES = 8  # groups (and models) drawn one by one; the others are summed as "(others)"
+REQUEST_COLUMNS = ("started_at", "model", "purpose", "input_tokens", "output_tokens", "cache_read_tokens",
+                   "cache_write_tokens", "reasoning_tokens", "cost", "cost_source", "status_code", "ttfb_s",
+                   "usage_missing")
+RUN_COLUMNS = ("run_id", "started_at", "ended_at", "model", "metadata", "stop_reason", "requests", "cost",
+               "unpriced_requests")
+
+
+@dataclass(frozen=True)
+class Query:
+    """Which requests, grouped how, and which page of runs (`limit` None: every run)."""
+
+    by: str = "ticket"
+    since: str | None = None
+    until: str | None = None
+    where: tuple[tuple[str, str], ...] = ()
+    offset: int = 0
+    limit: int | None = 50
+
+
+def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None = None) -> dict[str, Any]:
+    """Everything the page draws, as JSON-able values. `prices`: the settings' own, which price
+    what caching saved before LiteLLM's map does."""
+    report = build_report(path, by=query.by, since=query.since, until=query.until, where=query.where)
+    key_sql, key_parameters = grouping(query.by)
+    where_sql, filters = selection(query.since, query.until, query.where)
+    tag_join = ", json_each(r.tags) AS tag" if query.by == "tag" else ""
+    connection = connect(path, create=False)
+    try:
+        days = _per_day(connection, f"{key_sql}", key_parameters, tag_join, where_sql, filters)
+        models = _per_day(connection, "q.model", [], "", where_sql, filters)
+        saved = _cache_saved(connection, key_sql, key_parameters, tag_join, where_sql, filters, prices or {})
+        missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+        runs = _runs(connection, where_sql, filters, query.offset, query.limit)
+    finally:
+        connection.close()
+    groups = []
+    for group in report.groups:
+        row = asdict(group)
+        row["cached_share"] = group.cache_read_tokens / group.input_tokens if group.input_tokens else 0.0
+        row["cache_saved_usd"] = saved.get(group.key, None)
+        groups.append(row)
+    all_days = sorted({day for day, _, _ in days} | {day for day, _, _ in models})
+    return {
+        "by": query.by, "since": query.since, "until": query.until, "where": [list(pair) for pair in query.where],
+        "generated_at": time.time(), "total": asdict(report.total), "groups": groups, "days": all_days,
+        "by_group": _series(days, all_days), "by_model": _series(models, all_days),
+        "usage_missing_requests": missing or 0, **runs,
+    }
+
+
+def _per_day(connection: Any, key_sql: str, key_parameters: list[Any], tag_join: str, where_sql: str,
+             filters: list[Any]) -> list[tuple[str, str | None, float]]:
+    rows = connection.execute(
+        f"SELECT date(q.started_at, 'unixepoch') AS day, {key_sql} AS grp, SUM(q.cost) AS cost FROM {SOURCE}{tag_join} "
+        f"{where_sql} GROUP BY day, grp", [*key_parameters, *filters]).fetchall()
+    return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
+
+
+def _series(rows: Sequence[tuple[str, str | None, float]], days: Sequence[str]) -> dict[str, Any]:
+    """Cost per day of the most expensive names, and of the others summed."""
+    totals: dict[str | None, float] = {}
+    for _, name, cost in rows:
+        totals[name] = totals.get(name, 0.0) + cost
+    ranked = sorted(totals, key=lambda name: (-totals[name], str(name)))
+    shown = ranked[:SERIES] if len(ranked) <= SERIES else ranked[:SERIES - 1]
+    index = {day: i for i, day in enumerate(days)}
+    values = {name: [0.0] * len(days) for name in shown}
+    others = [0.0] * len(days)
+    for day, name, cost in rows:
+        (values[name] if name in values else others)[index[day]] += cost
+    names = ["(none)" if name is None else name for name in shown]
+    series = [values[name] for name in shown]
+    if len(ranked) > len(shown):
+        names.append("(others)")
+        series.append(others)
+    return {"names": names, "cost": series}
+
+
+def _cache_saved(connection: Any, key_sql: str, key_parameters: list[Any], tag_join: str, where_sql: str,
+                 filters: list[Any], prices: Mapping[str, Price]) -> dict[str | None, float | None]:
+    """What reading from the cache saved, per group: cached tokens times (input price - cache read
+    price) of the model that answered; None for a group with cached tokens of an unpriced model."""
+    rows = connection.execute(
+        f"SELECT {key_sql} AS grp, q.model, q.upstream_model, SUM(q.cache_read_tokens) AS cached FROM {SOURCE}{tag_join} "
+        f"{where_sql} GROUP BY grp, q.model, q.upstream_model", [*key_parameters, *filters]).fetchall()
+    saved: dict[str | None, float | None] = {}
+    for row in rows:
+        key = None if row["grp"] is None else str(row["grp"])
+        cached = row["cached"] or 0
+        discount = _discount(prices, [row["upstream_model"], row["model"]])
+        before = saved.get(key, 0.0)
+        if before is None:
+            continue
+        saved[key] = None if cached and discount is None else before + cached * (discount or 0.0)
+    return saved
+
+
+def _discount(prices: Mapping[str, Price], names: Sequence[str | None]) -> float | None:
+    """Input price minus cache-read price, per token, of the first name with a known price."""
+    entries = price_map() or {}
+    for name in filter(None, names):
+        assert name is not None
+        if name in prices:
+            price = prices[name]
+            return price.input - (price.input if price.cache_read is None else price.cache_read)
+        entry = entries.get(name.removeprefix("litellm_proxy/"))
+        if entry is not None:
+            return float(entry["input_cost_per_token"] - entry.get("cache_read_input_token_cost",
+                                                                  entry["input_cost_per_token"]))
+    return None
+
+
+def _runs(connection: Any, where_sql: str, filters: list[Any], offset: int, limit: int | None) -> dict[str, Any]:
+    """A page of runs, newest first, with the requests of each (those the filter covers)."""
+    count = connection.execute(f"SELECT COUNT(DISTINCT q.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    page = connection.execute(
+        f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
+        f"stop_reason, COUNT(*) AS requests, SUM(q.cost) AS cost, SUM(q.cost IS NULL) AS unpriced_requests "
+        f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
+        f"LIMIT ? OFFSET ?", [*filters, -1 if limit is None else limit, offset]).fetchall()
+    rows = [[row[column] if column != "metadata" else json.loads(row["metadata"] or "{}") for column in RUN_COLUMNS]
+            for row in page]
+    requests: dict[str, list[list[Any]]] = {row[0]: [] for row in rows}
+    if rows:
+        wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "), "q.run_id IN (SELECT value FROM json_each(?))"]))
+        for row in connection.execute(
+                f"SELECT q.run_id, {', '.join('q.' + c for c in REQUEST_COLUMNS)} FROM {SOURCE} WHERE {wanted} "
+                "ORDER BY q.started_at", [*filters, json.dumps(list(requests))]):
+            requests[row["run_id"]].append([row[column] for column in REQUEST_COLUMNS])
+    return {"runs": {"count": count, "offset": offset, "limit": limit, "columns": list(RUN_COLUMNS), "rows": rows},
+            "requests": {"columns": list(REQUEST_COLUMNS), "by_run": requests}}

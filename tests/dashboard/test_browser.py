@@ -1,0 +1,133 @@
+"""The dashboard in a real headless Chromium: the `report --html` file (no network) and the live
+page of a real `serve` with a real OpenCode session; screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_upstream import Reply, ScriptedUpstream, usage
+
+from opencode_gateway.dashboard.page import REFRESH_S
+from tests.builders import spend_ledger
+
+pytestmark = pytest.mark.e2e
+CLI = [sys.executable, "-m", "opencode_gateway"]
+
+
+def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def total(page: Any, key: str) -> float:
+    return float(page.get_attribute(f'[data-total="{key}"]', "data-value"))
+
+
+def legend(page: Any, chart: str) -> list[str]:
+    return page.locator(f"#{chart} .u-legend .u-series .u-label").all_inner_texts()[1:]  # after the x axis
+
+
+def test_the_html_report_draws_its_charts_and_agrees_with_report_json(tmp_path: Path, page: Any,
+                                                                      artifacts: Path) -> None:
+    ledger = spend_ledger(tmp_path / "ledger.db")
+    out = tmp_path / "spend.html"
+    cli("report", "--ledger", ledger, "--html", out)
+    report = json.loads(cli("report", "--ledger", ledger, "--format", "json").stdout)
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    assert [url for url in fetched if not url.startswith("file:")] == []  # everything is inline
+
+    assert page.locator("#chart-group canvas").count() == 1 and page.locator("#chart-model canvas").count() == 1
+    assert sorted(legend(page, "chart-group")) == sorted(group["key"] for group in report["groups"])
+    assert sorted(legend(page, "chart-model")) == ["anthropic/claude-sonnet-4-5", "litellm_proxy/team-a",
+                                                   "openai/gpt-4o-mini"]
+    for key in ("cost", "runs", "requests", "input_tokens", "output_tokens", "cache_read_tokens",
+                "cache_write_tokens", "reasoning_tokens", "unpriced_requests"):
+        assert total(page, key) == pytest.approx(report["total"][key], abs=1e-12), key
+    for group in report["groups"]:
+        shown = page.get_attribute(f'#groups tr[data-group="{group["key"]}"] td[data-cost]', "data-cost")
+        assert float(shown) == pytest.approx(group["cost"], abs=1e-12)
+
+    alerts = " ".join(page.locator("[role=alert]").all_inner_texts())
+    assert "2 requests could not be priced" in alerts and "1 request ended without usage" in alerts
+
+    run = page.locator('#runs tbody.run[data-run="run_01"]')
+    assert run.is_hidden() is False or page.locator("#next").count() == 1
+    run.locator("summary").click()
+    requests = run.locator("tr.request")
+    requests.first.wait_for()
+    assert requests.count() == 3
+    assert "unpriced" in requests.nth(0).inner_text() and "$0.000000" not in requests.nth(0).inner_text()
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(artifacts / "dashboard-report-html.png"))
+
+
+def test_the_runs_table_pages_fifty_runs_at_a_time(tmp_path: Path, page: Any) -> None:
+    ledger = spend_ledger(tmp_path / "ledger.db", runs=120, requests_per_run=1)
+    out = tmp_path / "spend.html"
+    cli("report", "--ledger", ledger, "--html", out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    visible = page.locator("#runs tbody.run:visible")
+    assert visible.count() == 50 and page.inner_text("#page") == "page 1 of 3"
+    newest = visible.first.get_attribute("data-run")
+    page.click("#next")
+    page.click("#next")
+    assert visible.count() == 20 and page.inner_text("#page") == "page 3 of 3"
+    assert visible.first.get_attribute("data-run") != newest
+
+
+@pytest.fixture
+def live_server(upstream: ScriptedUpstream, tmp_path: Path, opencode_bin: str) -> Any:
+    """A real `opencode-gateway serve` (SDK mode on the scripted model); its stderr lines in a queue."""
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home"), "OPENCODE_BIN": opencode_bin}
+    process = subprocess.Popen([*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
+                               env=env, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()  # type: ignore[union-attr]
+    yield process, lines, env
+    process.terminate()
+    process.wait(30)
+
+
+def login_url(lines: queue.Queue[str]) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+        if "spend dashboard: " in line:
+            return line.split("spend dashboard: ", 1)[1].split()[0]
+    raise AssertionError("serve printed no login URL within 60 s")
+
+
+def test_the_live_page_shows_a_new_request_within_its_refresh(live_server: Any, upstream: ScriptedUpstream,
+                                                              workdir: Path, page: Any, artifacts: Path) -> None:
+    process, lines, env = live_server
+    page.goto(login_url(lines))
+    page.wait_for_selector("body[data-ready]")
+    assert page.url.endswith("/") and "live, reloaded every" in page.inner_text("header")
+    before = total(page, "requests")
+    upstream.script(Reply(text="Done live.", usage=usage(1200, 30)))
+    launched = subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", "--metadata", "ticket=ENG-LIVE", "--",
+                               "run", "--format", "json", "--title", "live", "say hi"], env=env, cwd=workdir,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert launched.returncode == 0, launched.stderr
+    ended = time.monotonic()
+    page.wait_for_function(f'Number(document.querySelector(\'[data-total="requests"]\').dataset.value) > {before}',
+                           timeout=REFRESH_S * 10 * 1000)  # a refresh or two; generous on a busy machine
+    shown_after = time.monotonic() - ended
+    assert total(page, "requests") == before + 1 and total(page, "input_tokens") >= 1200
+    assert "ENG-LIVE" in page.inner_text("#sessions") and "ENG-LIVE" in page.inner_text("#groups")
+    print(f"the new request was on the page {shown_after:.1f} s after the run ended (refresh: {REFRESH_S} s)")
+    page.screenshot(path=str(artifacts / "dashboard-live.png"))
