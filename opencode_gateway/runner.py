@@ -94,9 +94,6 @@ class Plan:
         The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
         sends them to the driver's)."""
         settings = self.settings
-        if settings.keep_sessions_days is not None:  # each kept session is ~1 MB: not forever
-            await asyncio.to_thread(prune_sessions, settings.data_dir, settings.keep_sessions_days,
-                                    keep=self.session_id)
         own = None
         if ledger is None:
             own = ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
@@ -350,11 +347,14 @@ class _GatewayCheck:
         self._check.cancel()
 
 
-def _warm_up(mode: str) -> None:
-    """What the first request needs, imported while OpenCode starts: litellm (~2.4 s) in SDK mode;
-    in gateway mode the relay's transport, aiohttp (~0.15 s). Gateway mode never imports litellm
-    for its own sake: a proxy reports each stream's cost, or its bundled price map prices it."""
-    if mode == "sdk":
+def _warm_up(settings: RunSettings, keep: str | None) -> None:
+    """While OpenCode starts: the kept sessions past their days removed (each is ~1 MB), but the
+    one this run continues; and what the first request needs, imported (litellm, ~2.4 s, in SDK
+    mode; in gateway mode the relay's transport, aiohttp, ~0.15 s: gateway mode never imports
+    litellm for its own sake, a proxy reports each stream's cost or its bundled price map prices it)."""
+    if settings.keep_sessions_days is not None:
+        prune_sessions(settings.data_dir, settings.keep_sessions_days, keep=keep)
+    if settings.mode == "sdk":
         _litellm.load()
     else:
         import aiohttp  # noqa: F401
@@ -477,7 +477,7 @@ class _Run:
             self.process, token = _opencode(self.plan, workspace, server, socket_path, tag)
             await self.process.start()
             self.preflight = _GatewayCheck(settings, self.process) if settings.mode == "gateway" else None
-            warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings.mode))
+            warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings, self.plan.session_id))
             from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 
             targets.update(_targets(settings, tagging, self.account))

@@ -144,7 +144,7 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     live = sessions is not None
     payload = json.dumps({"days": data["days"], "by_group": data["by_group"], "by_model": data["by_model"],
                           "requests": data["requests"], "page_size": PAGE_SIZE, "live": live,
-                          "refresh_s": REFRESH_S}, separators=(",", ":")).replace("</", "<\\/")
+                          "refresh_s": REFRESH_S}, separators=(",", ":")).replace("<", "\\u003c")  # inert in <script>
     main = (
         f'<header><h1>Spend</h1><p class="filter">{_e(_filter_line(data))}</p><p class="generated">'
         f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}as of {_e(_when(data["generated_at"]))} UTC'
@@ -160,7 +160,7 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     )
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>opencode-gateway spend</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_vendor("uPlot.min.css")}'
-            f'{_STYLE}</style></head><body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
+            f'{_STYLE}</style><script>document.documentElement.className = "js";</script></head><body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
             f"<script>{_SCRIPT}</script></body></html>")
 
 
@@ -176,6 +176,7 @@ table{border-collapse:collapse;background:#fff;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #e6e9ee;padding:4px 8px;text-align:right;vertical-align:top}
 th:first-child,td:first-child,td.t{text-align:left}th{background:#eef1f5}
 .chart{background:#fff;border:1px solid #dde2e8;border-radius:6px;min-height:320px}
+.js #runs tbody.run{display:none}.js #runs tbody.run.shown{display:table-row-group}
 .pager button{margin:0 4px}details .requests table{margin-top:4px;background:#fafbfc}
 tr.detail td{border-bottom:2px solid #dde2e8;padding-top:0}tr.detail summary{color:#5b6675;cursor:pointer}
 """
@@ -250,7 +251,7 @@ _SCRIPT = """
     var rows = document.querySelectorAll("#runs tbody.run");
     var pages = Math.max(1, Math.ceil(rows.length / D.page_size));
     page = Math.max(0, Math.min(n, pages - 1));
-    rows.forEach(function (tr) { tr.hidden = Number(tr.dataset.page) !== page; });
+    rows.forEach(function (tr) { tr.classList.toggle("shown", Number(tr.dataset.page) === page); });
     var label = document.getElementById("page");
     if (label) label.textContent = "page " + (page + 1) + " of " + pages;
   }
