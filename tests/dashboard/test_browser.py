@@ -156,3 +156,17 @@ def test_what_the_ledger_holds_is_shown_as_text_never_run_as_markup(tmp_path: Pa
     assert page.evaluate("window.pwned") is None
     assert HOSTILE in page.inner_text("#groups") and HOSTILE in page.inner_text("#runs")
     assert HOSTILE in legend(page, "chart-group") and HOSTILE in legend(page, "chart-model")
+
+
+def test_without_javascript_the_tables_are_all_there(tmp_path: Path, browser: Any) -> None:
+    ledger = spend_ledger(tmp_path / "ledger.db", runs=60, requests_per_run=1)
+    out = tmp_path / "spend.html"
+    cli("report", "--ledger", ledger, "--html", out)
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(out.as_uri())
+    assert page.locator("#groups tr[data-group]").count() == 5
+    assert page.locator("#runs tbody.run:visible").count() == 60  # every page's runs, one under another
+    assert page.locator("[data-total=cost]").inner_text().startswith("$")
+    assert page.locator("details:has-text('spend per day by ticket as a table') table tr").count() > 1
+    context.close()
