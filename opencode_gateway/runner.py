@@ -37,7 +37,7 @@ from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .errors import BudgetExceeded, CapabilityUnsupported, SettingsError
+from .errors import BudgetExceeded, CapabilityUnsupported, PreflightError, SettingsError
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
 from .files import Snapshot, Unlisted
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
@@ -100,6 +100,9 @@ class Plan:
         run = _Run(self, ledger, on_event, deltas)
         try:
             return await run.execute()
+        except PreflightError as exc:  # the gateway's check failed while OpenCode started: no model call made
+            run.account.finish(self.session_id, "error", str(exc))
+            raise
         except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
             run.account.finish(self.session_id, "interrupted", type(exc).__name__)
             raise

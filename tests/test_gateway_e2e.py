@@ -104,10 +104,14 @@ def test_an_invalid_key_is_a_clear_error_with_exit_2(proxy: LiteLLMProxy, workdi
 
 def test_an_unreachable_gateway_is_named_within_seconds(workdir: Path, opencode_bin: str) -> None:
     started = time.monotonic()
+    ledger = workdir.parent / "ledger.db"
     result = gateway_cli("run", "-m", "litellm_proxy/team-a", "--api-base", "http://127.0.0.1:9", "--api-key", "sk-x",
-                         "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi")
+                         "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger), "hi")
     assert result.returncode == 2 and "cannot reach the LiteLLM gateway at http://127.0.0.1:9" in result.stderr
     assert time.monotonic() - started < 30  # a refused connection is not retried for minutes
+    # The check ran while OpenCode started; the run's row says how it ended, with no request.
+    [row] = sqlite3.connect(ledger).execute("SELECT stop_reason, error, requests FROM runs").fetchall()
+    assert row[0] == "error" and "cannot reach the LiteLLM gateway" in row[1] and not row[2]
 
 
 def test_a_spent_budget_ends_the_run_promptly(proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path,
