@@ -51,7 +51,7 @@ def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None 
     tag_join = ", json_each(r.tags) AS tag" if query.by == "tag" else ""
     connection = connect(path, create=False)
     try:
-        days = _per_day(connection, f"{key_sql}", key_parameters, tag_join, where_sql, filters)
+        days = _per_day(connection, key_sql, key_parameters, tag_join, where_sql, filters)
         models = _per_day(connection, "q.model", [], "", where_sql, filters)
         saved = _cache_saved(connection, key_sql, key_parameters, tag_join, where_sql, filters, prices or {})
         missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
@@ -124,7 +124,6 @@ def _discount(prices: Mapping[str, Price], names: Sequence[str | None]) -> float
     """Input price minus cache-read price, per token, of the first name with a known price."""
     entries = price_map() or {}
     for name in filter(None, names):
-        assert name is not None
         if name in prices:
             price = prices[name]
             return price.input - (price.input if price.cache_read is None else price.cache_read)
