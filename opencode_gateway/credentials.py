@@ -9,11 +9,12 @@ redacted and what `--env` refuses to pass.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import re
 import sys
 from collections.abc import Iterable, Mapping
 
-__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact", "refuse_inspection"]
+__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact", "refuse_inspection", "token_digest"]
 
 REDACTED = "[REDACTED]"
 # A value shorter than this is not redacted when it is found only by its variable's name: a
@@ -55,6 +56,12 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
+
+
+def token_digest(token: str) -> str:
+    """What a server keeps of a token it handed out (a launch's, a login's): a digest, to look it
+    up by without holding the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def refuse_inspection() -> bool:

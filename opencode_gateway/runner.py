@@ -331,19 +331,22 @@ class _GatewayCheck:
         check = self._check
         return None if not check.done() or check.cancelled() else check.exception()
 
+    async def done(self) -> BaseException | None:
+        """What failed, waiting for the check to be done."""
+        await asyncio.wait([self._check])
+        return self.failed()
+
     async def outcome(self) -> Refusal | None:
         """Once the check is done: a spent budget ends the run as a refused call does; any other
         failure is raised (PreflightError: exit 2), as it was when the check came before OpenCode."""
-        await asyncio.wait([self._check])
-        error = self.failed()
+        error = await self.done()
         if error is not None and not isinstance(error, BudgetExceeded):
             raise error
         return None if error is None else Refusal("budget", str(error))
 
     async def refusal(self) -> str | None:
         """For the endpoint: None once the check passed, else what failed."""
-        await asyncio.wait([self._check])
-        error = self.failed()
+        error = await self.done()
         return None if error is None else str(error)
 
     def cancel(self) -> None:
@@ -475,7 +478,7 @@ class _Run:
         socket_path = workspace.private / "endpoint.sock" if bridged else None
         server = EndpointServer(unix_socket=socket_path)
         targets: dict[str, Target] = {}
-        warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the warm-up, once it starts
         try:
             self.process, token = _opencode(self.plan, workspace, server, socket_path, tag)
             await self.process.start()

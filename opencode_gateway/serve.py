@@ -12,7 +12,6 @@ it. A session id is scoped to its launch's token: one launch can never add to an
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import secrets
@@ -39,10 +38,11 @@ from .endpoint.app import (
     create_app,
     error_response,
 )
-from .dashboard.live import DashboardAccess, dashboard_routes
+from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream, upstream_for
+from .credentials import token_digest
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
 from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
@@ -88,9 +88,6 @@ class _SessionRun:
         self.account.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
 
 class SessionRouter:
     """Knows the launches (by a digest of their tokens), sends each request to its launch's
@@ -110,11 +107,11 @@ class SessionRouter:
 
     def mint(self, launch: Launch) -> str:
         token = secrets.token_urlsafe(32)
-        self.launches[_digest(token)] = launch
+        self.launches[token_digest(token)] = launch
         return token
 
     def known(self, token: str) -> bool:
-        return _digest(token) in self.launches
+        return token_digest(token) in self.launches
 
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
@@ -125,7 +122,7 @@ class SessionRouter:
         return self.upstreams[model]
 
     def target(self, headers: Mapping[str, str], model: Any) -> Target:
-        launch = self.launches[_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
+        launch = self.launches[token_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
         if not isinstance(model, str) or not model.strip():
             raise BadRequest("the request names no model: launch OpenCode with `opencode-gateway opencode -m MODEL`")
         self.upstream(model)  # a model that cannot be served opens no run
@@ -164,14 +161,8 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
     router = SessionRouter(settings, ledger)
     access = access or DashboardAccess(admin_token)
 
-    def admin(request: Request) -> bool:
-        return secrets.compare_digest((bearer(request.headers) or "").encode(), admin_token.encode())
-
-    def not_admin() -> Response:
-        return error_response("this needs the server's admin token (its token file)", 401, "authentication_error")
-
     async def launches(request: Request) -> Response:
-        if not admin(request):
+        if not access.is_admin(request):
             return not_admin()
         try:
             launch = Launch.from_request(json.loads(await request.body()), settings.tag_metadata_keys)
@@ -180,7 +171,7 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
         return JSONResponse({"token": router.mint(launch), "launch_id": launch.launch_id})
 
     async def statistics(request: Request) -> Response:
-        return JSONResponse(router.stats()) if admin(request) else not_admin()
+        return JSONResponse(router.stats()) if access.is_admin(request) else not_admin()
 
     endpoint = Endpoint(token=router.known, target=router.target, secrets=(*settings.secrets, admin_token),
                         pricer=router.pricer, estimate_usage=settings.estimate_usage,

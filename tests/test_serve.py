@@ -4,6 +4,7 @@ behind it is respx; e2e tests use real OpenCode."""
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -75,7 +76,7 @@ async def chat(client: httpx.AsyncClient, session: str | None, token: str, model
 
 
 async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribution(
-    gateway: respx.MockRouter,     client: httpx.AsyncClient, settings: Settings, ledger: Ledger
+    gateway: respx.MockRouter, client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
     upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
         httpx.Response(200, content=stream_body(100 * i, 10 * i, 0.001 * i),
@@ -140,7 +141,7 @@ async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
 
 
 async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attribution(
-    gateway: respx.MockRouter,     client: httpx.AsyncClient, settings: Settings, ledger: Ledger
+    gateway: respx.MockRouter, client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
     upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(100, 10, 0.001), headers={"content-type": "text/event-stream"}))
@@ -233,3 +234,18 @@ async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
     ledger.close()
     assert statuses == [200, 200, 429, 200]
     assert "day budget of ticket=ENG-1 exceeded" in refused.json()["error"]["message"]
+
+
+async def test_a_session_id_an_agent_chooses_is_shown_on_the_dashboard_as_text(
+        gateway: respx.MockRouter, client: httpx.AsyncClient) -> None:
+    """The agent holds its launch's token and chooses the session ids its requests carry: on the
+    admin's live page they are text, never markup."""
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, content=stream_body(10, 1, 0.001),
+                                                          headers={"content-type": "text/event-stream"})
+    hostile = '<img src=x onerror="alert(1)"></td><script>alert(2)</script>'
+    response = await chat(client, hostile, await mint(client))
+    assert response.status_code == 200
+    await response.aread()
+    page = (await client.get("/", headers=ADMIN)).text
+    assert hostile not in page and "<script>alert" not in page
+    assert html.escape(hostile, quote=True) in page  # in the sessions table, as text

@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "Group", "Report", "build_report", "check_dimension",
-           "grouping", "parse_time", "render_table", "selection"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "Group", "Grouping", "Report", "build_report", "grouping",
+           "parse_time", "render_table", "report_from", "selection"]
 
 BUILT_IN_GROUPS: Mapping[str, str] = {
     "model": "q.model",
@@ -120,13 +120,21 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
                  status=row["status"] if "status" in row.keys() else None)
 
 
-def grouping(by: str) -> tuple[str, list[Any]]:
-    """The SQL of a `--by` dimension (over `requests q JOIN runs r`, and `tag` for by tag) and its
-    parameters."""
+@dataclass(frozen=True)
+class Grouping:
+    """The SQL of a `--by` dimension over `requests q JOIN runs r`: the group's key, what joins
+    to the source (a run's tags, for by tag) and the key's parameters."""
+
+    key: str
+    join: str = ""
+    parameters: tuple[Any, ...] = ()
+
+
+def grouping(by: str) -> Grouping:
     if by in BUILT_IN_GROUPS:
-        return BUILT_IN_GROUPS[by], []
+        return Grouping(BUILT_IN_GROUPS[by], ", json_each(r.tags) AS tag" if by == "tag" else "")
     if _METADATA_KEY.match(by):
-        return "json_extract(r.metadata, ?)", [f'$."{by}"']
+        return Grouping("json_extract(r.metadata, ?)", parameters=(f'$."{by}"',))
     raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
                         f"{', '.join(BUILT_IN_GROUPS)}")
 
@@ -156,24 +164,29 @@ SOURCE = "requests q JOIN runs r ON r.run_id = q.run_id"
 def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
                  where: Sequence[tuple[str, str]] = ()) -> Report:
     """Totals per group, most expensive first, and a total that counts each request once."""
-    key_sql, parameters = grouping(by)
-    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
-    where_sql, filters = selection(since, until, where)
-    tag_join = ", json_each(r.tags) AS tag" if by == "tag" else ""
     connection = connect(path, create=False)
     try:
-        check_dimension(connection, by)
-        rows = connection.execute(
-            f"SELECT {key_sql} AS grp, {_SUMS}{status_sql} FROM {SOURCE}{tag_join} {where_sql} GROUP BY grp "
-            "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*parameters, *filters]).fetchall()
-        total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
+        return report_from(connection, by=by, since=since, until=until, where=where)
     finally:
         connection.close()
+
+
+def report_from(connection: Any, *, by: str, since: str | None, until: str | None,
+                where: Sequence[tuple[str, str]]) -> Report:
+    """build_report, on a connection open to the ledger."""
+    group = grouping(by)
+    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
+    where_sql, filters = selection(since, until, where)
+    _check_dimension(connection, by)
+    rows = connection.execute(
+        f"SELECT {group.key} AS grp, {_SUMS}{status_sql} FROM {SOURCE}{group.join} {where_sql} GROUP BY grp "
+        "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*group.parameters, *filters]).fetchall()
+    total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
     groups = tuple(_group(row, None if row["grp"] is None else str(row["grp"])) for row in rows)
     return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
 
 
-def check_dimension(connection: Any, by: str) -> None:
+def _check_dimension(connection: Any, by: str) -> None:
     """A word that is no dimension and no metadata key of any run is a typo (`--by modle`), not a
     report with one "(none)" group."""
     if by in BUILT_IN_GROUPS or by == DEFAULT_BY:

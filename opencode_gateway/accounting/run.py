@@ -32,16 +32,12 @@ from .pricing import Pricer
 from .records import RequestRecord, RunUsage
 from .usage import Usage
 
-__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "new_run_id", "reservation_usage"]
+__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage"]
 
 # The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
 DEFAULT_OUTPUT_RESERVE = 4096
 _CHARS_PER_TOKEN = 4  # the usual estimate of the prompt's tokens from its JSON text
 _MAX_WAIT_S = 900.0
-
-
-def new_run_id() -> str:
-    return "run_" + uuid.uuid4().hex
 
 
 def reservation_usage(body: Mapping[str, Any]) -> Usage:
@@ -101,7 +97,7 @@ class RunAccount:
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
                  on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None,
                  periods: Sequence[tuple[PeriodBudget, str]] = (), history: Ledger | None = None) -> None:
-        self.run_id = new_run_id()
+        self.run_id = "run_" + uuid.uuid4().hex
         self.budget = budget or Budget()
         self.pricer = pricer or Pricer()
         self.records: list[RequestRecord] | None = [] if keep_records else None

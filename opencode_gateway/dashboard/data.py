@@ -18,7 +18,7 @@ from typing import Any
 from ..accounting.ledger import connect
 from ..accounting.price_map import price_map
 from ..accounting.pricing import Price
-from ..accounting.report import SOURCE, build_report, grouping, selection
+from ..accounting.report import SOURCE, Grouping, grouping, report_from, selection
 
 __all__ = ["Query", "dashboard_data"]
 
@@ -45,15 +45,14 @@ class Query:
 def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None = None) -> dict[str, Any]:
     """Everything the page draws, as JSON-able values. `prices`: the settings' own, which price
     what caching saved before LiteLLM's map does."""
-    report = build_report(path, by=query.by, since=query.since, until=query.until, where=query.where)
-    key_sql, key_parameters = grouping(query.by)
+    dimension = grouping(query.by)
     where_sql, filters = selection(query.since, query.until, query.where)
-    tag_join = ", json_each(r.tags) AS tag" if query.by == "tag" else ""
     connection = connect(path, create=False)
     try:
-        days = _per_day(connection, key_sql, key_parameters, tag_join, where_sql, filters)
-        models = _per_day(connection, "q.model", [], "", where_sql, filters)
-        saved = _cache_saved(connection, key_sql, key_parameters, tag_join, where_sql, filters, prices or {})
+        report = report_from(connection, by=query.by, since=query.since, until=query.until, where=query.where)
+        days = _per_day(connection, dimension, where_sql, filters)
+        models = _per_day(connection, grouping("model"), where_sql, filters)
+        saved = _cache_saved(connection, dimension, where_sql, filters, prices or {})
         missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
         runs = _runs(connection, where_sql, filters, query.offset, query.limit)
     finally:
@@ -73,11 +72,11 @@ def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None 
     }
 
 
-def _per_day(connection: Any, key_sql: str, key_parameters: list[Any], tag_join: str, where_sql: str,
+def _per_day(connection: Any, group: Grouping, where_sql: str,
              filters: list[Any]) -> list[tuple[str, str | None, float]]:
     rows = connection.execute(
-        f"SELECT date(q.started_at, 'unixepoch') AS day, {key_sql} AS grp, SUM(q.cost) AS cost FROM {SOURCE}{tag_join} "
-        f"{where_sql} GROUP BY day, grp", [*key_parameters, *filters]).fetchall()
+        f"SELECT date(q.started_at, 'unixepoch') AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
+        f"{group.join} {where_sql} GROUP BY day, grp", [*group.parameters, *filters]).fetchall()
     return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
 
 
@@ -101,13 +100,13 @@ def _series(rows: Sequence[tuple[str, str | None, float]], days: Sequence[str]) 
     return {"names": names, "cost": series}
 
 
-def _cache_saved(connection: Any, key_sql: str, key_parameters: list[Any], tag_join: str, where_sql: str,
-                 filters: list[Any], prices: Mapping[str, Price]) -> dict[str | None, float | None]:
+def _cache_saved(connection: Any, group: Grouping, where_sql: str, filters: list[Any],
+                 prices: Mapping[str, Price]) -> dict[str | None, float | None]:
     """What reading from the cache saved, per group: cached tokens times (input price - cache read
     price) of the model that answered; None for a group with cached tokens of an unpriced model."""
     rows = connection.execute(
-        f"SELECT {key_sql} AS grp, q.model, q.upstream_model, SUM(q.cache_read_tokens) AS cached FROM {SOURCE}{tag_join} "
-        f"{where_sql} GROUP BY grp, q.model, q.upstream_model", [*key_parameters, *filters]).fetchall()
+        f"SELECT {group.key} AS grp, q.model, q.upstream_model, SUM(q.cache_read_tokens) AS cached FROM {SOURCE}"
+        f"{group.join} {where_sql} GROUP BY grp, q.model, q.upstream_model", [*group.parameters, *filters]).fetchall()
     saved: dict[str | None, float | None] = {}
     for row in rows:
         key = None if row["grp"] is None else str(row["grp"])

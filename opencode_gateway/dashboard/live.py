@@ -9,7 +9,6 @@ is neither: an agent can spend through its launch, never read the ledger of ever
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
@@ -21,19 +20,16 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..accounting.pricing import Price
+from ..credentials import token_digest
 from ..endpoint.app import bearer, error_response
 from ..errors import SettingsError
 from .data import Query, dashboard_data
 from .page import render_page
 
-__all__ = ["COOKIE", "DashboardAccess", "dashboard_routes"]
+__all__ = ["COOKIE", "DashboardAccess", "dashboard_routes", "not_admin"]
 
 COOKIE = "opencode_gateway_session"
 RUNS_SHOWN = 500  # the live page's runs (the newest; report --html has them all)
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 class DashboardAccess:
@@ -46,29 +42,32 @@ class DashboardAccess:
 
     def new_code(self) -> str:
         code = secrets.token_urlsafe(24)
-        self._codes.add(_digest(code))
+        self._codes.add(token_digest(code))
         return code
 
     def redeem(self, code: str) -> str | None:
         """A new session cookie for an unspent code (which is spent), else None."""
-        digest = _digest(code)
+        digest = token_digest(code)
         if digest not in self._codes:
             return None
         self._codes.discard(digest)
         cookie = secrets.token_urlsafe(32)
-        self._sessions.add(_digest(cookie))
+        self._sessions.add(token_digest(cookie))
         return cookie
 
     def allows(self, request: Request) -> bool:
-        token = bearer(request.headers)
-        if token is not None and hmac.compare_digest(token.encode(), self._admin.encode()):
-            return True
+        """The admin token, or a login's cookie."""
         cookie = request.cookies.get(COOKIE)
-        return cookie is not None and _digest(cookie) in self._sessions
+        return self.is_admin(request) or (cookie is not None and token_digest(cookie) in self._sessions)
 
     def is_admin(self, request: Request) -> bool:
+        """The server's admin token, as a bearer (it mints launches, reads /stats and the dashboard)."""
         token = bearer(request.headers) or ""
         return hmac.compare_digest(token.encode(), self._admin.encode())
+
+
+def not_admin() -> Response:
+    return error_response("this needs the server's admin token (its token file)", 401, "authentication_error")
 
 
 def _query(request: Request) -> Query:
@@ -123,7 +122,7 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path, prices: dict[st
 
     async def new_code(request: Request) -> Response:
         if not access.is_admin(request):
-            return error_response("this needs the server's admin token (its token file)", 401, "authentication_error")
+            return not_admin()
         return JSONResponse({"login_url": f"{request.base_url}login?code={access.new_code()}"})
 
     return [Route("/", page, methods=["GET"]), Route("/dashboard/data", figures, methods=["GET"]),

@@ -7,6 +7,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -218,10 +219,13 @@ def test_what_the_runs_of_a_metadata_value_spent_since_a_moment(tmp_path: Path) 
 def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
     start(ledger, "run_1")
-    busy = ledger._executor.submit(time.sleep, 0.3)  # the writer is busy (a slow disk)
+    writing, disk = threading.Event(), threading.Event()
+    busy = ledger._executor.submit(lambda: writing.set() or disk.wait(60))  # the writer busy (a slow disk)
+    assert writing.wait(30)
     for i in range(500):
         ledger.record_request("run_1", record(f"r{i:03}"))
-    assert not busy.done()
+    assert not busy.done() and ledger._executor._work_queue.qsize() == 1  # one write job for all 500
+    disk.set()
     ledger.flush()
     rows = connect(tmp_path / "ledger.db", create=False).execute("SELECT COUNT(*) FROM requests").fetchone()[0]
     assert rows == 500
@@ -233,9 +237,11 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
     start(ledger, "run_1")
     ledger.record_request("run_1", record("dup"))
     ledger.flush()
-    ledger._executor.submit(time.sleep, 0.2)
+    disk = threading.Event()
+    ledger._executor.submit(disk.wait, 60)
     for request_id in ("a", "dup", "b"):  # "dup" is there already: its insert fails, the batch's is retried
         ledger.record_request("run_1", record(request_id))
+    disk.set()
     ledger.flush()
     ids = {r[0] for r in connect(tmp_path / "ledger.db", create=False).execute("SELECT request_id FROM requests")}
     assert ids == {"dup", "a", "b"}

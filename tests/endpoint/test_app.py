@@ -118,7 +118,7 @@ async def test_non_streamed_response_usage_and_header_cost(
 
 
 async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scrubbed(
-    gateway: respx.MockRouter,     client: httpx.AsyncClient, records: list
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
 ) -> None:
     message = f"key {VIRTUAL_KEY} may not use model coder"
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
