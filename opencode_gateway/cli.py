@@ -85,6 +85,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     base = load_settings(args.config)
     key = _api_key(args)  # --api-key, or --api-key-file read
     changes: dict[str, Any] = {} if key is None else {"api_key": key}
+    if getattr(args, "api_key_file", None):
+        changes["secret_files"] = (*base.secret_files, Path(args.api_key_file).resolve())
     for setting in dataclasses.fields(Settings):
         given = getattr(args, setting.name, None)
         if setting.name in changes or given is None or given == []:

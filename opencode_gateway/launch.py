@@ -173,10 +173,11 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
         os.execve(binary, [binary, *arguments], dict(env))
     workspace = _workspace(settings)
     token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
-    argv, confined_env = workspace.confine(
+    argv, confined_env, _ = workspace.confine(  # the seccomp filter's descriptor: inherited through exec
         [binary, *arguments], env, settings, workdir=Path(env["PWD"]), port=urlsplit(server.url).port or 80,
         socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
-        hidden=[workspace.private / "launches"], shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
+        new_session=False, hidden=[workspace.private / "launches"],
+        shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
     os.execvpe(argv[0], argv, confined_env)
 
 

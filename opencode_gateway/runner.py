@@ -303,10 +303,12 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
                               instructions=instructions, readable_dirs=readable)
     env = workspace.environment(settings, config, plan.workdir)
     argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
+    inherited: tuple[int, ...] = ()
     if plan.sandbox == "bwrap":
-        argv, env = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
-                                      socket_path=socket_path)
-    return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag), token
+        argv, env, seccomp = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
+                                               socket_path=socket_path)
+        inherited = (seccomp,)
+    return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
 
 class _GatewayCheck:

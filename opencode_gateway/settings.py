@@ -124,6 +124,8 @@ class Settings:
     # The environment, read once by validated(): the gateway's URL and key fall back to it, and
     # every credential in it is a secret to redact. None until then (read when asked).
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
+    # Files the gateway read its settings or a key from: a sandbox hides them wherever they are.
+    secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a batch task shipped to a Ray worker) as plain values: a mappingproxy cannot be.
@@ -405,7 +407,7 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         return base
     if not isinstance(raw, dict):
         raise SettingsError(f"{file}: the top level must be a mapping of settings")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {"secret_files": (*base.secret_files, file.resolve())}
     for key, value in raw.items():
         if key not in _FILE_KEYS:
             raise SettingsError(f"{file}: unknown setting {key!r}; known settings: {', '.join(_FILE_KEYS)}")
@@ -421,6 +423,7 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
             value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
         if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
+            values["secret_files"] = (*values.get("secret_files", ()), Path(beside(file, [value[len(FILE_PREFIX):]])[0]))
             value = _key_from_file(file, value[len(FILE_PREFIX):])
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:

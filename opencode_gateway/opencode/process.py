@@ -65,8 +65,10 @@ def opencode_retries(status_code: int) -> bool:
 class OpenCodeProcess:
     """One `opencode run`. `await run(...)` returns when it exits, times out, or is stopped."""
 
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str, tag: str) -> None:
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str, tag: str,
+                 pass_fds: Sequence[int] = ()) -> None:
         self.argv = list(argv)
+        self._pass_fds = tuple(pass_fds)  # inherited by the child (the sandbox's seccomp filter), closed here after
         # Every process OpenCode starts inherits this tag (NAME=value, the run's Watchdog's), even
         # one that leaves its process group and session (OpenCode's bash tool starts commands
         # detached): kill() finds them by it, and so does the watchdog if we are killed.
@@ -96,9 +98,14 @@ class OpenCodeProcess:
                 *self.argv, cwd=self.cwd, env=self.env, start_new_session=True,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 limit=64 * 1024 * 1024,  # one event line carries a whole tool output
+                pass_fds=self._pass_fds,
             )
         except OSError as exc:
             raise OpenCodeNotFound(f"cannot start {self.argv[0]}: {exc.strerror}: {INSTALL_HINT}") from exc
+        finally:
+            for fd in self._pass_fds:
+                os.close(fd)
+            self._pass_fds = ()
         stdin = self._process.stdin
         assert stdin is not None
         try:

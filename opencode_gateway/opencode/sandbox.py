@@ -13,16 +13,18 @@ endpoint's loopback port and connects there (so OpenCode's config is the same as
 from __future__ import annotations
 
 import functools
+import os
 import shlex
+import stat
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SettingsError
 
-__all__ = ["SANDBOX_KINDS", "SANDBOX_NETWORKS", "Sandbox", "probe", "resolve_sandbox"]
+__all__ = ["EMPTY_DIRS", "SANDBOX_KINDS", "SANDBOX_NETWORKS", "SYSTEM_DIRS", "Sandbox", "probe", "resolve_sandbox"]
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 SANDBOX_NETWORKS = ("endpoint", "host")
@@ -32,18 +34,32 @@ INSTALL_HINT = "install it with `apt-get install bubblewrap socat` (Debian packa
 @functools.cache
 def probe() -> str | None:
     """Why bubblewrap cannot confine a run on this machine, or None when it can (asked once per
-    process: a namespace the kernel or a container refuses fails here, not mid-run)."""
+    process: a namespace the kernel or a container refuses fails here, not mid-run). A sandbox
+    that would keep a capability (or run without the seccomp filter) cannot confine a run."""
     for tool in ("bwrap", "socat"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
+    from .seccomp import filter_fd
+
     try:
-        result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                                 "--unshare-pid", "--unshare-net", "--die-with-parent", "true"],
-                                capture_output=True, text=True, timeout=10)
+        fd = filter_fd()
+    except OSError as exc:
+        return f"the seccomp filter cannot be built here ({exc})"
+    try:
+        result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                                 "--unshare-net", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                                 "--seccomp", str(fd), "cat", "/proc/self/status"],
+                                capture_output=True, text=True, timeout=10, pass_fds=(fd,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run ({exc})"
+    finally:
+        os.close(fd)
     if result.returncode != 0:
         return f"bwrap cannot create namespaces here: {result.stderr.strip().splitlines()[-1:] or ['(no message)']}"
+    status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
+    if status.get("CapEff", "").strip("0\n ") or status.get("Seccomp", "").strip() != "2":
+        return (f"bwrap leaves the sandbox capabilities (CapEff {status.get('CapEff', '?').strip()}) or no seccomp "
+                "filter")
     return None
 
 
@@ -63,32 +79,111 @@ def resolve_sandbox(kind: str, warnings: list[str]) -> str:
     return "none"
 
 
+# The host's folders a sandbox shows, read-only: the system's programs, libraries and settings.
+# Nothing else of the host is there (an allowlist, not a list of what to hide): no HOME, /root,
+# /tmp, /var, /srv, /mnt, /media, no other user's files, and wherever the gateway keeps a key, its
+# settings, its ledger or its data dir, unless the run shows a folder on purpose (its workdir, a
+# --sandbox-allow-read/-write path), and even then those files are hidden in it (`secrets`).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Folders of their own the sandbox gets empty: programs expect to write temp files there.
+EMPTY_DIRS = ("/tmp", "/var/tmp", "/run")
+
+
+def _visible_root_only(top: str) -> list[Path]:
+    """Entries under `top` that only their owner (root) may read: as root, the agent keeps no
+    capability but still owns them (/etc/shadow, /etc/ssl/private, ...), so they are hidden
+    when the gateway runs as root."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            path = os.path.join(folder, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                continue
+            closed = not mode & stat.S_IROTH or (stat.S_ISDIR(mode) and not mode & stat.S_IXOTH)
+            if closed:
+                found.append(Path(path))
+                if name in dirs:
+                    dirs.remove(name)
+    return found
+
+
+@functools.cache
+def root_only_files() -> tuple[Path, ...]:
+    """What `_visible_root_only` finds in /etc (read once per process: ~1,000 entries)."""
+    return tuple(_visible_root_only("/etc")) if os.geteuid() == 0 else ()
+
+
+def _within(path: Path, folders: Iterable[Path]) -> bool:
+    return any(path == folder or folder in path.parents for folder in folders)
+
+
+def _hiding(secret: Path, keep: Sequence[Path], shown: Sequence[Path]) -> list[str]:
+    """bwrap options that hide what the `shown` folders would show of `secret` (a file: /dev/null
+    over it; a folder: an empty one), except the paths in `keep` and below them, which stay (the
+    folder of OpenCode's binary inside the data dir, the session store a run continues)."""
+    if not secret.exists() or secret.is_symlink() or secret in keep:
+        return []
+    if not _within(secret, shown):  # not shown itself: only what a folder shown below it shows
+        return [option for folder in shown if secret in folder.parents for option in _hiding(folder, keep, shown)]
+    if not any(secret in path.parents for path in keep):
+        return ["--tmpfs", str(secret)] if secret.is_dir() else ["--ro-bind", "/dev/null", str(secret)]
+    return [option for child in sorted(secret.iterdir()) for option in _hiding(child, keep, shown)]
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """How one run is confined. `writable` and `readable` are the paths the run may use besides
-    what every run has: the workdir, the private dir, the session store, the binary."""
+    what every run has: the workdir, the private dir, the session store, the binary. `secrets` are
+    files and folders of the gateway's (keys, settings, ledger, data dir) hidden wherever a shown
+    folder would show them."""
 
     network: str = "endpoint"
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
+    secrets: tuple[Path, ...] = ()
 
     def wrap(self, argv: Sequence[str], *, workdir: Path, private_dir: Path, data_home: Path, port: int,
-             socket_path: Path | None, hidden: Sequence[Path] = (), shown: Sequence[Path] = ()) -> list[str]:
+             socket_path: Path | None, seccomp_fd: int, new_session: bool = True, hidden: Sequence[Path] = (),
+             shown: Sequence[Path] = ()) -> list[str]:
         """`argv` (an `opencode run`) as bwrap runs it. `socket_path` is where the endpoint listens
-        for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `hidden` folders
-        inside the bound ones are emptied, and then `shown` files in them shown read-only (the
-        launcher shows its own token, not the other launches')."""
-        home = Path.home()
+        for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `seccomp_fd` holds
+        the filter (seccomp.py), open in the child. `new_session`: no controlling terminal inside
+        (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there).
+        `hidden` folders inside the bound ones are emptied, and then `shown` files in them shown
+        read-only (the launcher shows its own token, not the other launches')."""
         binary = Path(argv[0])
-        command = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                   "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                   "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", str(home)]
+        # No capability inside, whoever runs it (as root, bwrap would keep them all otherwise);
+        # bwrap also sets no_new_privs, so no setuid program gains any.
+        command = ["bwrap", "--die-with-parent", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+                   "--unshare-uts", "--unshare-cgroup-try", "--seccomp", str(seccomp_fd)]
+        if new_session:
+            command.append("--new-session")
         if self.network == "endpoint":
             command.append("--unshare-net")
-        for path in (*self.readable, binary.parent, binary.resolve().parent):
+        for folder in SYSTEM_DIRS:
+            if os.path.islink(folder):
+                command += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                command += ["--ro-bind", folder, folder]
+        for path in root_only_files():
+            command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        command += ["--dev", "/dev", "--proc", "/proc"]
+        for folder in EMPTY_DIRS:
+            command += ["--tmpfs", folder]
+        readable = (*self.readable, binary.parent, binary.resolve().parent)
+        writable = (*self.writable, private_dir, data_home, workdir, *([socket_path] if socket_path else []))
+        for path in readable:
             command += ["--ro-bind", str(path), str(path)]
-        for path in (*self.writable, private_dir, data_home, workdir, *([socket_path] if socket_path else [])):
+        for path in writable:
             command += ["--bind", str(path), str(path)]
+        shown_folders = [*map(Path, SYSTEM_DIRS), *readable, *writable]
+        keep = [*readable[-2:], *writable[len(self.writable):]]  # what OpenCode itself needs
+        for secret in self.secrets:
+            command += _hiding(secret, keep, shown_folders)
         for path in hidden:
             command += ["--tmpfs", str(path)]
         for path in shown:

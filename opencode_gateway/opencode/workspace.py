@@ -20,6 +20,7 @@ from typing import Any
 from ..settings import RunSettings
 from . import config as oc_config
 from .sandbox import Sandbox
+from .seccomp import filter_fd
 from .skills import Skill, install_skills, skills_dir
 
 __all__ = ["Workspace"]
@@ -79,12 +80,19 @@ class Workspace:
         return env
 
     def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: RunSettings, *, workdir: Path,
-                port: int, socket_path: Path | None, hidden: Sequence[Path] = (),
-                shown: Sequence[Path] = ()) -> tuple[list[str], dict[str, str]]:
-        """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py): the sandbox sees the
-        workdir and this workspace, and reaches the endpoint through `socket_path`."""
+                port: int, socket_path: Path | None, secrets: Sequence[Path] = (), new_session: bool = True,
+                hidden: Sequence[Path] = (), shown: Sequence[Path] = ()) -> tuple[list[str], dict[str, str], int]:
+        """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py), and the descriptor of
+        the seccomp filter, which the child must inherit (the caller closes it after the start):
+        the sandbox sees the workdir and this workspace, and reaches the endpoint through
+        `socket_path`. The gateway's files (settings and key files, the data dir, the ledger, and
+        `secrets`) are hidden wherever they are."""
         sandbox = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
-                          tuple(map(Path, settings.sandbox_allow_read)))
+                          tuple(map(Path, settings.sandbox_allow_read)),
+                          (*settings.secret_files, settings.data_dir.resolve(), settings.ledger_path.resolve(),
+                           *secrets))
+        fd = filter_fd()
         confined = sandbox.wrap(argv, workdir=workdir, private_dir=self.private, data_home=self.data_home, port=port,
-                                socket_path=socket_path, hidden=hidden, shown=shown)
-        return confined, {**env, "TMPDIR": "/tmp"}  # the sandbox's own, empty /tmp
+                                socket_path=socket_path, seccomp_fd=fd, new_session=new_session, hidden=hidden,
+                                shown=shown)
+        return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
+from opencode_gateway.opencode.seccomp import filter_program
 from opencode_gateway.opencode.workspace import Workspace
 from opencode_gateway.settings import Settings
 
@@ -37,11 +39,17 @@ def test_a_launch_token_goes_under_its_own_name_and_never_over_another(tmp_path:
     assert first.read_text() == "a"
 
 
-def test_confined_it_runs_under_bwrap_with_its_own_tmp(tmp_path: Path) -> None:
+def test_confined_it_runs_under_bwrap_with_its_own_tmp_and_the_seccomp_filter_inherited(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path / "private", tmp_path / "data")
     workspace.prepare()
     settings = Settings(model="openai/gpt-4o-mini").validated()
-    argv, env = workspace.confine(["/bin/opencode", "run"], {"PATH": "/bin"}, settings, workdir=tmp_path,
-                                  port=4141, socket_path=tmp_path / "private" / "endpoint.sock")
-    assert argv[0] == "bwrap" and "--unshare-pid" in argv and "--unshare-net" in argv
+    argv, env, fd = workspace.confine(["/bin/opencode", "run"], {"PATH": "/bin"}, settings, workdir=tmp_path,
+                                      port=4141, socket_path=tmp_path / "private" / "endpoint.sock")
+    try:
+        assert os.get_inheritable(fd) and argv[argv.index("--seccomp") + 1] == str(fd)
+        assert os.read(fd, 8) == filter_program()[:8]
+    finally:
+        os.close(fd)
+    assert argv[0] == "bwrap" and "--unshare-pid" in argv and "--unshare-net" in argv and "--new-session" in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[-2:] == ["/bin/opencode", "run"] and env == {"PATH": "/bin", "TMPDIR": "/tmp"}

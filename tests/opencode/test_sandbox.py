@@ -1,0 +1,68 @@
+"""What a sandbox is built from: an allowlist of the host's system folders, the run's own paths,
+and nothing of the gateway's wherever it lives (the attacks themselves are in tests/security)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from opencode_gateway.opencode.sandbox import EMPTY_DIRS, SYSTEM_DIRS, Sandbox
+
+
+def _mounts(argv: list[str]) -> list[tuple[str, ...]]:
+    """The mount options of a bwrap command line, in order: (option, *its paths)."""
+    arity = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--dev": 1, "--proc": 1}
+    found, index = [], 0
+    while index < len(argv) and argv[index] != "--":
+        width = arity.get(argv[index])
+        if width is None:
+            index += 1
+            continue
+        found.append(tuple(argv[index:index + width + 1]))
+        index += width + 1
+    return found
+
+
+def _wrap(tmp_path: Path, sandbox: Sandbox, binary: Path | None = None) -> list[str]:
+    binary = binary or tmp_path / "bin" / "opencode"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.touch()
+    for name in ("private", "data", "work"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    return sandbox.wrap([str(binary), "run"], workdir=tmp_path / "work", private_dir=tmp_path / "private",
+                        data_home=tmp_path / "data", port=4141, socket_path=tmp_path / "private" / "s.sock", seccomp_fd=7)
+
+
+def test_the_host_is_shown_from_an_allowlist_of_system_folders_never_whole(tmp_path: Path) -> None:
+    mounts = _mounts(_wrap(tmp_path, Sandbox()))
+    sources = {m[1] for m in mounts if m[0] in ("--ro-bind", "--bind")}
+    assert "/" not in sources and str(Path.home()) not in sources and "/var" not in sources
+    assert {folder for folder in SYSTEM_DIRS if os.path.isdir(folder) and not os.path.islink(folder)} <= sources
+    assert all(("--tmpfs", folder) in mounts for folder in EMPTY_DIRS)
+    assert ("--bind", str(tmp_path / "work"), str(tmp_path / "work")) in mounts
+
+
+def test_the_gateways_files_are_hidden_inside_a_shown_folder_but_what_opencode_needs(tmp_path: Path) -> None:
+    """The data dir holds OpenCode's binary and the session a run continues: those stay, its
+    ledger, tokens and other sessions go; a key file in the workdir is an empty file inside."""
+    data_dir = tmp_path / "work" / "data-dir"  # shown: it lies in the workdir
+    binary = data_dir / "opencode" / "bin" / "opencode"
+    for folder in ("serve", "sessions/ses_other", "opencode/bin"):
+        (data_dir / folder).mkdir(parents=True)
+    (data_dir / "ledger.db").write_text("rows")
+    key = tmp_path / "work" / "key.txt"
+    key.write_text("sk-secret")
+    argv = _wrap(tmp_path, Sandbox(secrets=(data_dir, key)), binary=binary)
+    mounts = _mounts(argv)
+    assert ("--ro-bind", "/dev/null", str(key)) in mounts
+    assert ("--ro-bind", "/dev/null", str(data_dir / "ledger.db")) in mounts
+    assert ("--tmpfs", str(data_dir / "serve")) in mounts and ("--tmpfs", str(data_dir / "sessions")) in mounts
+    assert not any(m[-1] in (str(data_dir), str(binary.parent)) and m[0] == "--tmpfs" for m in mounts)
+    assert ("--ro-bind", str(binary.parent), str(binary.parent)) in mounts
+
+
+def test_a_secret_nothing_shows_adds_no_mount(tmp_path: Path) -> None:
+    hidden_away = tmp_path / "elsewhere" / "key.txt"
+    hidden_away.parent.mkdir()
+    hidden_away.write_text("sk-secret")
+    assert str(hidden_away) not in _wrap(tmp_path, Sandbox(secrets=(hidden_away,)))
