@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -41,9 +43,10 @@ _MAX_WAIT_S = 900.0
 
 
 def reservation_usage(body: Mapping[str, Any]) -> Usage:
-    """What a call may spend, estimated from its body: its prompt at 4 characters a token, and
-    its max_tokens (max_completion_tokens) of output, else DEFAULT_OUTPUT_RESERVE."""
-    prompt = len(json.dumps(body.get("messages", ""), ensure_ascii=False)) // _CHARS_PER_TOKEN
+    """What a call may spend, estimated from its body: the whole body at 4 characters a token (a
+    prompt sent in `tools` or any other field is billed as input too), and its max_tokens
+    (max_completion_tokens) of output, else DEFAULT_OUTPUT_RESERVE."""
+    prompt = len(json.dumps(body, ensure_ascii=False)) // _CHARS_PER_TOKEN
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
     output = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else DEFAULT_OUTPUT_RESERVE
     return Usage(input_tokens=prompt, output_tokens=output)
@@ -112,6 +115,7 @@ class RunAccount:
         self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}
         self._ended = asyncio.Event()  # set whenever a call in flight ends
+        self._costliest: float | None = None  # the highest cost a call of this run has had
 
     def open(self, *, model: str, mode: str, workdir: str, metadata: Mapping[str, Any], tags: Sequence[str],
              session_id: str | None) -> None:
@@ -157,6 +161,8 @@ class RunAccount:
         """A request ended (or was refused): count it, commit its row, and release what it had
         reserved."""
         self.totals.add(record, spent=record.request_id not in self._refused)
+        if record.cost.usd is not None and record.request_id not in self._refused:
+            self._costliest = max(self._costliest or 0.0, record.cost.usd)
         if self.ledger is not None:
             self.ledger.record_request(self.run_id, record)
         if self.records is not None:
@@ -167,15 +173,20 @@ class RunAccount:
             self.on_record(record)
 
     def reserve(self, body: Mapping[str, Any], models: Sequence[str], purpose: str = "main") -> Spent:
-        """A call's reservation: one request, its estimated tokens, and their price (0 when no
-        price is known, or when no cost limit needs one: pricing may import litellm), and a turn
-        when it is one of the agent's (`purpose` main)."""
+        """A call's reservation: one request, its estimated tokens, their price, and a turn when it
+        is one of the agent's (`purpose` main). With a cost limit and no price known (a gateway
+        group whose cost only the gateway reports), a call is reserved at the highest cost a call
+        of the run has had, and before any had one, at no less than the whole limit: it then
+        starts only once no other call is in flight, so a burst overshoots by one call at most."""
         turn = int(purpose == "main")
         if not self.budget:
             return Spent(1, turns=turn)
         usage = reservation_usage(body)
-        usd = self.pricer.price(usage, models).usd if self.budget.max_cost is not None else None
-        return Spent(1, usage.input_tokens + usage.output_tokens, usd or 0.0, turn)
+        usd = 0.0
+        if self.budget.max_cost is not None:  # pricing may import litellm: only when a limit needs it
+            priced = self.pricer.price(usage, models).usd
+            usd = priced if priced is not None else self._costliest if self._costliest is not None else math.inf
+        return Spent(1, usage.input_tokens + usage.output_tokens, usd, turn)
 
     async def admit(self, request_id: str, reservation: Spent) -> Refusal | None:
         """None, with the call's reservation held, when it may start; else why not. A call that
@@ -183,6 +194,8 @@ class RunAccount:
         word must not hold the run forever), then is decided on what was spent."""
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
         while True:
+            if math.isinf(reservation.cost) and self._costliest is not None:  # a cost was seen while it waited
+                reservation = dataclasses.replace(reservation, cost=self._costliest)
             refusal = (self.budget.refusal(self.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
                        or await self._period_refusal())
             if refusal is not None:

@@ -87,3 +87,36 @@ async def test_a_call_that_never_reached_the_upstream_releases_its_reservation()
     await asyncio.sleep(0.05)
     account.release("gone")
     assert await waiting is None
+
+
+def test_a_prompt_sent_in_any_field_of_the_body_is_reserved_for() -> None:
+    """Providers bill every input token, tools' descriptions too: the whole body is counted."""
+    small = {"messages": [{"role": "user", "content": "hi"}]}
+    in_tools = {**small, "tools": [{"type": "function", "function": {"name": "f", "description": "x" * 40_000}}]}
+    assert reservation_usage(in_tools).input_tokens >= 10_000 > reservation_usage(small).input_tokens
+
+
+@pytest.mark.anyio
+async def test_with_no_price_known_calls_wait_for_the_first_cost_then_reserve_the_costliest() -> None:
+    """A gateway group's price is known only from what the gateway reports: until a call of the
+    run has had a cost, one call at a time; then each is reserved at the highest cost seen, and a
+    burst of twenty passes the limit by less than one call."""
+    account = RunAccount(Budget(max_cost=0.01), pricer=Pricer({}))
+    reservation = account.reserve({"messages": [{"role": "user", "content": "hi"}]}, ["team-coder"])
+    decisions = [asyncio.ensure_future(account.admit(f"r{i}", reservation)) for i in range(20)]
+
+    async def admitted() -> list[int]:
+        await asyncio.sleep(0.05)
+        return [i for i, d in enumerate(decisions) if d.done() and d.result() is None]
+
+    assert await admitted() == [0]  # alone: what it costs is not known yet
+    account.add(record("r0", cost=0.004))
+    second = await admitted()
+    assert len(second) == 2  # 0.004 spent, 0.004 held for the second: a third would pass $0.01
+    account.add(record(f"r{second[1]}", cost=0.004))
+    third = await admitted()
+    assert len(third) == 3  # alone again: decided on what was spent, never on a reservation alone
+    account.add(record(f"r{third[2]}", cost=0.004))
+    refusals = await asyncio.gather(*(d for i, d in enumerate(decisions) if i not in third))
+    assert all(r is not None and r.limit == "max_cost" for r in refusals)
+    assert account.spent.cost == pytest.approx(0.012)  # over by half a call: never by a burst
