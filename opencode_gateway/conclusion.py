@@ -28,7 +28,7 @@ from .litellm_gateway.protocol import is_budget_error
 from .opencode.lines import Error, Event
 from .opencode.process import ProcessExit
 from .output import OutputSpec
-from .result import OutputInvalid, RunResult, final_text
+from .result import OutputInvalid, RunResult, final_text, relayed_text
 
 __all__ = ["Happened", "conclude"]
 
@@ -59,7 +59,10 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     caller raises it)."""
     stop_reason, error = _ending(happened)
     usage, cost, warnings = totals(happened.records)
-    text = final_text(happened.events)
+    # The answer is what the model sent through the endpoint: OpenCode's output can be written to by
+    # the agent (a plugin's code runs in OpenCode, a tool can open its stdout through /proc).
+    relayed = relayed_text(happened.records)
+    text = final_text(happened.events) if relayed is None else relayed
     result = RunResult(
         run_id=happened.run_id, text=text, session_id=happened.session_id, stop_reason=stop_reason,
         model=happened.model, mode=happened.mode, usage=usage, cost=cost, requests=happened.records,

@@ -12,7 +12,7 @@ from .errors import GatewayError
 from .files import FileChange
 from .opencode.lines import Event, StepStart, Text
 
-__all__ = ["OutputInvalid", "RunResult", "final_text"]
+__all__ = ["OutputInvalid", "RunResult", "final_text", "relayed_text"]
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,18 @@ class RunResult:
         return result
 
 
+def relayed_text(records: Sequence[RequestRecord]) -> str | None:
+    """The run's answer as the model gave it: the text of the last of the agent's requests whose
+    answer had text (earlier narration left out), as the endpoint relayed it. None when the
+    records carry no answers (they were not kept)."""
+    answers = [record.answer for record in records if record.purpose == "main" and record.answer is not None]
+    if not answers:
+        return None
+    return next((answer for answer in reversed(answers) if answer.strip()), "")
+
+
 def final_text(events: Sequence[Event]) -> str:
-    """The text of the last step that produced text: the answer, without earlier narration."""
+    """The text of the last step that produced text, as OpenCode printed it."""
     steps: list[list[str]] = [[]]
     for event in events:
         if isinstance(event, StepStart):

@@ -493,7 +493,8 @@ class _Run:
                 token=token, target=_routed(targets, settings.model),
                 secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
-                on_retry=self.retrying, on_text=self.streamed if self.deltas else None, follows=self.follows,
+                on_retry=self.retrying, on_text=self.streamed if self.deltas else None, keep_answers=True,
+                follows=self.follows,
                 checked=None if self.preflight is None else self.preflight.refusal,
             ))
             async with server:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .pricing import Cost
@@ -31,6 +31,10 @@ class RequestRecord:
     response_id: str | None = None  # the upstream's id of the call (chatcmpl-...)
     session_id: str | None = None  # the OpenCode session that made it (x-session-id)
     purpose: str = "main"  # main, or a background call: title, summary, compaction (opencode/purpose.py)
+    # The text of the answer as the endpoint relayed it from the model (None: not kept). A run's
+    # answer is taken from here, never from OpenCode's output, which the agent can write to.
+    # Not in the ledger, nor in to_dict().
+    answer: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -123,11 +123,14 @@ class StreamUsageReader:
     counted once.
     """
 
-    def __init__(self, *, collect_text: bool = False, on_text: Callable[[str, str], None] | None = None) -> None:
+    def __init__(self, *, collect_text: bool = False, on_text: Callable[[str, str], None] | None = None,
+                 keep_answer: bool = False) -> None:
         self._pending = b""
         self._collect = collect_text
         self._on_text = on_text
+        self._keep_answer = keep_answer
         self._text: list[str] = []
+        self._answer: list[str] = []
         self.usage: Usage | None = None
         self.model: str | None = None
         self.response_id: str | None = None
@@ -138,6 +141,12 @@ class StreamUsageReader:
     def text(self) -> str:
         """The answer's text, tool-call arguments included (only with `collect_text`)."""
         return "".join(self._text)
+
+    @property
+    def answer(self) -> str | None:
+        """The answer's text as the model streamed it (its `content` deltas; only with
+        `keep_answer`): what a run reports as its answer, whatever OpenCode printed."""
+        return "".join(self._answer) if self._keep_answer else None
 
     def feed(self, data: bytes) -> None:
         end = data.rfind(b"\n")
@@ -162,8 +171,8 @@ class StreamUsageReader:
         if payload == b"[DONE]":
             self.done = True
             return
-        if (self.model is not None and not self._collect and self._on_text is None and b'"usage"' not in payload
-                and b'"error"' not in payload):
+        if (self.model is not None and not self._collect and self._on_text is None and not self._keep_answer
+                and b'"usage"' not in payload and b'"error"' not in payload):
             return
         try:
             event = json.loads(payload)
@@ -174,7 +183,7 @@ class StreamUsageReader:
         if self.model is None and isinstance(event.get("model"), str):
             self.model = event["model"]
             self.response_id = event.get("id") if isinstance(event.get("id"), str) else None
-        if self._collect or self._on_text is not None:
+        if self._collect or self._on_text is not None or self._keep_answer:
             self._read_deltas(event)
         if isinstance(event.get("usage"), Mapping):
             usage = Usage.from_mapping(event["usage"])
@@ -189,6 +198,8 @@ class StreamUsageReader:
             if not isinstance(delta, Mapping):
                 continue
             content, reasoning = delta.get("content"), delta.get("reasoning_content", delta.get("reasoning"))
+            if self._keep_answer and isinstance(content, str):
+                self._answer.append(content)
             if self._on_text is not None:
                 if isinstance(content, str) and content:
                     self._on_text("text", content)

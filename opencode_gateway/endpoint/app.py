@@ -90,6 +90,7 @@ class Endpoint:
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
     # Each piece of streamed text or reasoning as it passes: (OpenCode session, "text" | "reasoning", piece).
     on_text: Callable[[str | None, str, str], None] | None = None
+    keep_answers: bool = False  # each record carries the text of its answer (a run's answer is taken from them)
     # Awaited before a request is forwarded, with its OpenCode session and body: the runner holds
     # a request until OpenCode's events that it follows from are delivered (ordering.py).
     follows: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
@@ -285,13 +286,14 @@ class _Call:
 
     def record(self, status: int, usage: Usage | None, cost: Cost, upstream_model: str | None,
                error: str | None = None, *, usage_missing: bool = False, estimated: bool = False,
-               response_id: str | None = None) -> None:
+               response_id: str | None = None, answer: str | None = None) -> None:
         record = RequestRecord(
             request_id=self.request_id, model=self.target.model, upstream_model=upstream_model,
             status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
             duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
             error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
             estimated=estimated, response_id=response_id, session_id=self.session_id, purpose=self.purpose,
+            answer=answer if self.endpoint.keep_answers else None,
         )
         self.target.account.add(record)
 
@@ -329,7 +331,8 @@ class _Call:
         reported = usage_from_body(data)
         usage, estimated = self.usage_or_estimate(reported, json.dumps(body.get("choices", "")))
         self.record(reply.status_code, usage, self.price(reply, usage, model), model, usage_missing=reported is None,
-                    estimated=estimated, response_id=body.get("id") if isinstance(body.get("id"), str) else None)
+                    estimated=estimated, response_id=body.get("id") if isinstance(body.get("id"), str) else None,
+                    answer=_answer_of(body))
         return Response(raw, reply.status_code, media_type=reply.media_type)
 
     async def relay(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
@@ -338,7 +341,8 @@ class _Call:
         is made."""
         on_text = self.endpoint.on_text
         reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage, on_text=None if on_text is None else
-                                   lambda kind, piece: on_text(self.session_id, kind, piece))
+                                   lambda kind, piece: on_text(self.session_id, kind, piece),
+                                   keep_answer=self.endpoint.keep_answers)
         failure: str | None = None
         ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
         try:
@@ -372,7 +376,17 @@ class _Call:
     def record_stream(self, reply: UpstreamReply, reader: StreamUsageReader, status: int, failure: str | None) -> None:
         usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
         self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
-                    usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id)
+                    usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id,
+                    answer=reader.answer)
+
+
+def _answer_of(body: Mapping[str, Any]) -> str:
+    """The text of a whole (not streamed) answer: its first choice's message content."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+    message = first.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return content if isinstance(content, str) else ""
 
 
 def _error_text(error: Any) -> str:
