@@ -38,31 +38,45 @@ __all__ = ["Launch", "ServerState", "launch_env", "mint_launch", "run_opencode",
 
 @dataclass(frozen=True)
 class Launch:
-    """What one launch of OpenCode adds to its requests: attribution, and a budget per session."""
+    """What one launch of OpenCode is allowed: its model (and small model), which every request of
+    its token goes to whatever the request names; its attribution; and a budget that all its
+    sessions spend together."""
 
     metadata: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     tags: tuple[str, ...] = ()
     workdir: str | None = None
     budget: Budget = Budget()
+    model: str = ""
+    small_model: str | None = None
     launch_id: str = field(default_factory=lambda: "launch_" + uuid.uuid4().hex[:12])
 
     def to_request(self) -> dict[str, Any]:
         budget = {k: v for k, v in (("max_cost", self.budget.max_cost), ("max_requests", self.budget.max_requests),
                                     ("max_tokens", self.budget.max_tokens), ("max_turns", self.budget.max_turns))
                   if v is not None}
-        return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget}
+        return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget,
+                "model": self.model, "small_model": self.small_model}
 
     @classmethod
     def from_request(cls, data: Any, tag_metadata_keys: tuple[str, ...]) -> Launch:
         """A launch as a launcher asked for it, checked as the command line checks its flags."""
-        if not isinstance(data, dict) or set(data) - {"metadata", "tags", "workdir", "budget"}:
-            raise SettingsError("a launch is {metadata, tags, workdir, budget}")
+        if not isinstance(data, dict) or set(data) - {"metadata", "tags", "workdir", "budget", "model", "small_model"}:
+            raise SettingsError("a launch is {model, small_model, metadata, tags, workdir, budget}")
         metadata, tags, workdir = data.get("metadata") or {}, data.get("tags") or [], data.get("workdir")
         if not isinstance(metadata, dict) or not isinstance(tags, list) or not isinstance(workdir, (str, type(None))):
             raise SettingsError("a launch's metadata is an object, its tags a list, its workdir a path")
+        model, small_model = data.get("model"), data.get("small_model")
+        if not isinstance(model, str) or not model.strip() or not isinstance(small_model, (str, type(None))):
+            raise SettingsError("a launch names its model (and may name a small model): every request of the launch "
+                                "goes to one of them, e.g. {\"model\": \"litellm_proxy/team-a\"}")
         check_attribution(tags, metadata, tag_metadata_keys)
         budget = Budget.from_setting("budget", data.get("budget") or {})
-        return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget)
+        return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget, model, small_model or None)
+
+    def route(self, requested: Any) -> str:
+        """The model a request of this launch goes to: its small model when it names that, else the
+        launch's model (as a run routes its requests: runner._routed)."""
+        return self.small_model if self.small_model is not None and requested == self.small_model else self.model
 
 
 def _paths(data_dir: Path) -> tuple[Path, Path]:
@@ -154,7 +168,8 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
     the server minted for this launch's attribution and budget (written to a 0600 file)."""
     workspace = _workspace(settings)
     workspace.prepare()
-    launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget)
+    launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget, settings.model,
+                    settings.small_model)
     token_file = workspace.write_token(mint_launch(server, launch), f"launches/{launch.launch_id}")
     config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file)
     return workspace.environment(settings, config, workdir)

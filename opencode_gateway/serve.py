@@ -54,23 +54,23 @@ __all__ = ["SessionRouter", "serve", "server_app"]
 class _SessionRun:
     """One OpenCode session of one launch: one ledger run, its totals kept current as each request
     ends (incrementally: a long session costs no more per request than a short one, and no record
-    is kept in memory). Its budget is the launch's, else that of the session's first model."""
+    is kept in memory). Its calls are admitted by its launch's limits, which all the launch's
+    sessions spend together (a session id is whatever a request says)."""
 
-    def __init__(self, router: SessionRouter, launch: Launch, session_id: str | None, model: str) -> None:
+    def __init__(self, router: SessionRouter, launch: Launch, session_id: str | None, limits: RunAccount) -> None:
         settings = router.settings
         self.router = router
         self.launch = launch
         self.session_id = session_id
-        self.model = model
+        self.model = launch.model
         self.metadata = {**settings.metadata, **launch.metadata}
-        self.account = RunAccount(launch.budget.or_else(settings.budget_for(model)), pricer=router.pricer,
-                                  keep_records=False, on_record=self.recorded, ledger=router.ledger,
-                                  periods=settings.period_caps(self.metadata), history=router.ledger)
+        self.account = RunAccount(pricer=router.pricer, keep_records=False, on_record=self.recorded,
+                                  ledger=router.ledger, limits=limits)
         self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
                                session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
-        self.account.open(model=model, mode=mode_of(model),
+        self.account.open(model=launch.model, mode=mode_of(launch.model),
                           workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
                           session_id=session_id)
 
@@ -100,6 +100,7 @@ class SessionRouter:
         self.started_at = time.time()
         self.upstreams: dict[str, Upstream] = {}
         self.launches: dict[str, Launch] = {}  # token digest -> launch
+        self.limits: dict[str, RunAccount] = {}  # launch id -> the budget all its sessions spend together
         self.sessions: dict[tuple[str, str | None], _SessionRun] = {}  # (launch id, OpenCode session) -> run
         self.pricer = Pricer(settings.pricing)
         self.totals = Totals()
@@ -108,6 +109,10 @@ class SessionRouter:
     def mint(self, launch: Launch) -> str:
         token = secrets.token_urlsafe(32)
         self.launches[token_digest(token)] = launch
+        settings = self.settings
+        self.limits[launch.launch_id] = RunAccount(
+            launch.budget.or_else(settings.budget_for(launch.model)), pricer=self.pricer, keep_records=False,
+            periods=settings.period_caps({**settings.metadata, **launch.metadata}), history=self.ledger)
         return token
 
     def known(self, token: str) -> bool:
@@ -121,15 +126,16 @@ class SessionRouter:
             self.upstreams[model] = upstream_for(self.settings, model)
         return self.upstreams[model]
 
-    def target(self, headers: Mapping[str, str], model: Any) -> Target:
+    def target(self, headers: Mapping[str, str], requested: Any) -> Target:
+        """The request's session run and model: the launch's model, or its small model when the
+        request names that; whatever else it names is not forwarded anywhere."""
         launch = self.launches[token_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
-        if not isinstance(model, str) or not model.strip():
-            raise BadRequest("the request names no model: launch OpenCode with `opencode-gateway opencode -m MODEL`")
+        model = launch.route(requested)
         self.upstream(model)  # a model that cannot be served opens no run
         key = (launch.launch_id, headers.get("x-session-id") or None)
         run = self.sessions.get(key)
         if run is None:
-            run = self.sessions[key] = _SessionRun(self, launch, key[1], model)
+            run = self.sessions[key] = _SessionRun(self, launch, key[1], self.limits[launch.launch_id])
         return run.target(model)
 
     def recorded(self, record: RequestRecord) -> None:

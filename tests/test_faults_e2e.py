@@ -41,10 +41,10 @@ def test_max_requests_refuses_the_next_call_and_stops_the_run(
     assert "max_requests is 2 and 2 requests were made" in str(result.error)
     assert len(upstream.requests) == 2  # the third call never left the endpoint
     assert [r.cost.source for r in result.requests] == ["reported", "reported", "refused"] or \
-        [r.status_code for r in result.requests] == [200, 200, 429]
+        [r.status_code for r in result.requests] == [200, 200, 400]
     rows = sqlite3.connect(settings.ledger_path).execute(
         "SELECT status_code, cost_source, error FROM requests ORDER BY started_at").fetchall()
-    assert rows[-1][0] == 429 and rows[-1][1] == "refused" and "max_requests" in rows[-1][2]
+    assert rows[-1][0] == 400 and rows[-1][1] == "refused" and "max_requests" in rows[-1][2]
     assert sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason FROM runs").fetchone() == (
         "budget_exceeded",)
 
@@ -56,7 +56,7 @@ def test_a_crossed_token_limit_lets_the_running_stream_finish_and_reports_the_ov
     result = run("Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_tokens=1500),
                  **MODEL)
     assert result.stop_reason == "budget_exceeded"
-    assert [r.status_code for r in result.requests] == [200, 200, 429]
+    assert [r.status_code for r in result.requests] == [200, 200, 400]
     assert result.usage.input_tokens + result.usage.output_tokens == 2400
     assert any("900 tokens over max_tokens (1,500)" in w for w in result.warnings)
 

@@ -4,6 +4,7 @@ behind it is respx; e2e tests use real OpenCode."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import sqlite3
@@ -61,9 +62,16 @@ ADMIN = {"authorization": f"Bearer {TOKEN}"}
 
 
 async def mint(client: httpx.AsyncClient, launch: Launch = Launch()) -> str:
+    """A launch's token, on the gateway group team-a unless the launch names its model."""
+    launch = launch if launch.model else dataclasses.replace(launch, model="litellm_proxy/team-a")
     response = await client.post("/launches", headers=ADMIN, json=launch.to_request())
     assert response.status_code == 200, response.text
     return str(response.json()["token"])
+
+
+def forwarded(gateway: respx.MockRouter) -> list[httpx.Request]:
+    """The requests that reached the gateway (respx also sees the test's own calls to the server)."""
+    return [call.request for call in gateway.calls if call.request.url.host == "gateway.test"]
 
 
 async def chat(client: httpx.AsyncClient, session: str | None, token: str, model: object = "litellm_proxy/team-a",
@@ -109,11 +117,6 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
     assert runs[0][5] == "/repo/a"
 
 
-async def test_requests_that_cannot_be_routed_are_400(client: httpx.AsyncClient) -> None:
-    missing = await chat(client, "ses_x", await mint(client), model=None)
-    assert missing.status_code == 400 and "names no model" in missing.json()["error"]["message"]
-
-
 async def test_health_is_open_and_stats_and_launches_need_the_admin_token(client: httpx.AsyncClient) -> None:
     assert (await client.get("/health")).json() == {"status": "ok"}
     launch_token = await mint(client)
@@ -136,7 +139,8 @@ async def test_health_is_open_and_stats_and_launches_need_the_admin_token(client
 async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
     client: httpx.AsyncClient, launch: dict[str, object], message: str
 ) -> None:
-    response = await client.post("/launches", headers=ADMIN, content=json.dumps(launch))  # NaN is sent as NaN
+    body = {"model": "litellm_proxy/team-a", **launch}
+    response = await client.post("/launches", headers=ADMIN, content=json.dumps(body))  # NaN is sent as NaN
     assert response.status_code == 400 and message in response.json()["error"]["message"]
 
 
@@ -162,10 +166,10 @@ async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attr
 
 
 def test_a_launch_survives_its_request() -> None:
-    launch = Launch({"ticket": "ENG-412"}, ("nightly",), "/w", Budget(max_cost=1.5))
+    launch = Launch({"ticket": "ENG-412"}, ("nightly",), "/w", Budget(max_cost=1.5), "litellm_proxy/a", "openai/b")
     again = Launch.from_request(launch.to_request(), ("ticket",))
-    assert (again.metadata, again.tags, again.workdir, again.budget) == (launch.metadata, launch.tags, "/w",
-                                                                         Budget(max_cost=1.5))
+    assert (again.metadata, again.tags, again.workdir, again.budget, again.model, again.small_model) == (
+        launch.metadata, launch.tags, "/w", Budget(max_cost=1.5), "litellm_proxy/a", "openai/b")
 
 
 def test_the_token_is_stable_and_private(tmp_path: Path) -> None:
@@ -197,7 +201,10 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
     assert router.sessions == {}
 
 
-async def test_budgets_apply_per_session(gateway: respx.MockRouter, tmp_path: Path) -> None:
+async def test_a_launchs_budget_covers_all_its_sessions_whatever_they_are_called(
+        gateway: respx.MockRouter, tmp_path: Path) -> None:
+    """A session is whatever a request's x-session-id says: a fresh id per request must not be a
+    fresh budget (12 calls got through a limit of 3 that way)."""
     settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1)
     gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
@@ -206,12 +213,32 @@ async def test_budgets_apply_per_session(gateway: respx.MockRouter, tmp_path: Pa
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         token = await mint(client)
         statuses = [(await chat(client, session, token)).status_code for session in ("ses_a", "ses_a", "ses_b")]
-        capped = await mint(client, Launch(budget=Budget(max_requests=2)))  # a launch's own budget comes first
-        statuses += [(await chat(client, "ses_c", capped)).status_code for _ in range(3)]
+        capped = await mint(client, Launch(budget=Budget(max_requests=3, max_turns=1)))  # a launch's own comes first
+        statuses += [(await chat(client, f"ses_fresh_{i}", capped)).status_code for i in range(12)]
+        another = await mint(client)  # another launch: a budget of its own
+        statuses.append((await chat(client, "ses_a", another)).status_code)
     for upstream in router.upstreams.values():
         await upstream.aclose()
     ledger.close()
-    assert statuses == [200, 429, 200, 200, 200, 429]  # ses_a spent its one request; ses_b has its own
+    assert statuses == [200, 400, 400, 200, *[400] * 11, 200]  # one turn for all of the launch's sessions
+    assert len(forwarded(gateway)) == 3
+
+
+async def test_only_the_launchs_model_and_small_model_are_forwarded(gateway: respx.MockRouter,
+                                                                    client: httpx.AsyncClient) -> None:
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+    token = await mint(client, Launch(model="litellm_proxy/team-a", small_model="litellm_proxy/team-small"))
+    for asked in ("litellm_proxy/team-b", "gpt-4o", None, "litellm_proxy/team-small", "litellm_proxy/team-a"):
+        response = await chat(client, "ses_a", token, model=asked)
+        assert response.status_code == 200, response.text
+    models = [json.loads(request.content)["model"] for request in forwarded(gateway)]
+    assert models == ["team-a", "team-a", "team-a", "team-small", "team-a"]
+
+
+async def test_a_launch_names_its_model(client: httpx.AsyncClient) -> None:
+    response = await client.post("/launches", headers=ADMIN, json={"metadata": {"ticket": "ENG-1"}})
+    assert response.status_code == 400 and "a launch names its model" in response.json()["error"]["message"]
 
 
 async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
@@ -232,7 +259,7 @@ async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
     for upstream in router.upstreams.values():
         await upstream.aclose()
     ledger.close()
-    assert statuses == [200, 200, 429, 200]
+    assert statuses == [200, 200, 400, 200]
     assert "day budget of ticket=ENG-1 exceeded" in refused.json()["error"]["message"]
 
 

@@ -148,7 +148,7 @@ def test_serve_exits_at_once_on_sigterm_after_litellm_served(
     is what load stretches, so that is what is bounded; the wall time is checked generously."""
     state = json.loads((gateway_home / "serve" / "server.json").read_text())
     admin = Path(state["token_file"]).read_text().strip()
-    token = httpx.post(state["url"] + "/launches", json={"metadata": {"ticket": "ENG-9"}},
+    token = httpx.post(state["url"] + "/launches", json={"metadata": {"ticket": "ENG-9"}, "model": "openai/gpt-4o-mini"},
                        headers={"authorization": f"Bearer {admin}"}, timeout=30).json()["token"]
     upstream.script(Reply(text="hi", usage=usage(10, 2)))
     reply = httpx.post(state["url"] + "/v1/chat/completions", timeout=120, headers={"authorization": f"Bearer {token}"},

@@ -99,7 +99,11 @@ class RunAccount:
 
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
                  on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None,
-                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: Ledger | None = None) -> None:
+                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: Ledger | None = None,
+                 limits: RunAccount | None = None) -> None:
+        # `limits`: the account whose budget admits this one's calls, counting them with others'
+        # (a serve launch's, shared by all its sessions); this account then keeps only its row.
+        self.limits = limits
         self.run_id = "run_" + uuid.uuid4().hex
         self.budget = budget or Budget()
         self.pricer = pricer or Pricer()
@@ -169,6 +173,8 @@ class RunAccount:
             self.records.append(record)
         if self._in_flight.pop(record.request_id, None) is not None:
             self._ended.set()
+        if self.limits is not None:
+            self.limits.add(record)
         if self.on_record is not None:
             self.on_record(record)
 
@@ -178,6 +184,8 @@ class RunAccount:
         group whose cost only the gateway reports), a call is reserved at the highest cost a call
         of the run has had, and before any had one, at no less than the whole limit: it then
         starts only once no other call is in flight, so a burst overshoots by one call at most."""
+        if self.limits is not None:
+            return self.limits.reserve(body, models, purpose)
         turn = int(purpose == "main")
         if not self.budget:
             return Spent(1, turns=turn)
@@ -192,6 +200,12 @@ class RunAccount:
         """None, with the call's reservation held, when it may start; else why not. A call that
         waits for the calls in flight waits at most `_MAX_WAIT_S` (a call that ended without a
         word must not hold the run forever), then is decided on what was spent."""
+        if self.limits is not None:
+            refusal = await self.limits.admit(request_id, reservation)
+            if refusal is not None:
+                self._refused.add(request_id)
+                self.refusal = self.refusal or refusal
+            return refusal
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
         while True:
             if math.isinf(reservation.cost) and self._costliest is not None:  # a cost was seen while it waited
@@ -225,5 +239,7 @@ class RunAccount:
 
     def release(self, request_id: str) -> None:
         """A call ended without a record (it never reached the upstream)."""
+        if self.limits is not None:
+            self.limits.release(request_id)
         if self._in_flight.pop(request_id, None) is not None:
             self._ended.set()

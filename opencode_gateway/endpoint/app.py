@@ -110,6 +110,12 @@ class Endpoint:
         return redact(text, self.secrets)
 
 
+# A refused call's status: 400, as LiteLLM's proxy answers a spent budget. OpenCode retries a 429
+# for a minute (6 attempts) before it gives up; a run stops OpenCode on the refusal anyway, but a
+# TUI launched through serve would sit retrying.
+REFUSED_STATUS = 400
+
+
 def bearer(headers: Mapping[str, str]) -> str | None:
     """The token of an `Authorization: Bearer ...` header."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
@@ -202,8 +208,8 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         reservation = account.reserve(body, [target.model, target.upstream.model], purpose)
         refusal = await account.admit(call.request_id, reservation)
         if refusal:
-            call.record(429, None, Cost(0.0, "refused"), None, str(refusal))
-            return error_response(str(refusal), 429, "budget_exceeded")
+            call.record(REFUSED_STATUS, None, Cost(0.0, "refused"), None, str(refusal))
+            return error_response(str(refusal), REFUSED_STATUS, "budget_exceeded")
         return await call.respond(forwarded_headers(request.headers))
 
     return Starlette(routes=[

@@ -76,7 +76,7 @@ async def test_the_admin_token_reads_it_and_makes_new_login_urls(client: httpx.A
 
 async def test_a_launchs_token_cannot_read_the_dashboard(client: httpx.AsyncClient) -> None:
     """The agent holds its launch's token: it may spend through it, never read every team's ledger."""
-    minted = await client.post("/launches", json={"metadata": {"ticket": "ENG-1"}},
+    minted = await client.post("/launches", json={"metadata": {"ticket": "ENG-1"}, "model": "openai/gpt-4o-mini"},
                                headers={"authorization": f"Bearer {ADMIN}"})
     launch = {"authorization": f"Bearer {minted.json()['token']}"}
     for path in ("/", "/dashboard/data"):

@@ -78,3 +78,19 @@ def test_a_sandboxed_launch_sees_its_own_token_only_and_not_the_servers(
     assert len(list(launches.iterdir())) == 2  # on the host: both launches' tokens
     assert len(seen) == 2 and seen[1] == "end"  # inside: one token file (its own), and no admin token
     assert (launches / seen[0]).exists()
+
+
+def test_a_launchs_limits_and_model_hold_whatever_session_and_model_its_requests_name(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], workdir: Path  # noqa: F811
+) -> None:
+    """With its launch's token, the agent sends twelve requests, each under a fresh session id and
+    naming another model (before: twelve fresh budgets, each forwarded on the model it named)."""
+    posts = [[{"model": "gpt-4o", "stream": False, "messages": MESSAGES}, {"x-session-id": f"ses_fresh_{i}"}]
+             for i in range(12)]
+    upstream.script(attack(workdir, "posts", *posts), *[Reply(text="served", usage=usage(10, 1))] * 13)
+    launch(env, workdir, "--max-requests", "3", "--max-turns", "1", *READ_PYTHON, "--", "run", "--format", "json",
+           "--title", "a", "go")  # its second turn is refused too: OpenCode exits 1
+    answers = outcome(workdir)
+    assert len(answers) == 12 and all(status == 400 for status, _ in answers), answers  # the one turn was spent
+    assert len(upstream.requests) == 1  # OpenCode's own first turn, on the launch's model
+    assert {r["body"]["model"] for r in upstream.requests} == {"gpt-4o-mini"}
