@@ -2,7 +2,8 @@
 
 The launched OpenCode gets the same isolation as a headless run (its config as content, project
 config off, private HOME and XDG dirs, no credentials in its environment), except that its dirs
-are kept under the data dir (`tui/`), so interactive sessions persist from one launch to the next.
+are kept under the data dir (`tui/<launch id>/`) after it exits. Each launch has its own: nothing
+writable is shared between launches.
 It knows only the server's loopback URL and a token of its own, minted by the server for this
 launch (the server's admin token never reaches it).
 """
@@ -157,20 +158,22 @@ def mint_launch(server: ServerState, launch: Launch) -> str:
     return str(response.json()["token"])
 
 
-def _workspace(settings: Settings) -> Workspace:
-    """The launcher's workspace: kept under the data dir, so the TUI's sessions persist."""
-    private = settings.data_dir / "tui"
+def _workspace(settings: Settings, launch_id: str) -> Workspace:
+    """A launch's own workspace, kept under the data dir (`tui/<launch id>/`): its private dirs and
+    its session store are shared with no other launch, so one launch's agent can neither read
+    another's conversation nor plant anything another will load."""
+    private = settings.data_dir / "tui" / launch_id
     return Workspace(private, private / "data")
 
 
 def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> dict[str, str]:
     """The environment of an OpenCode launched against `server`, on `settings.model`, with a token
-    the server minted for this launch's attribution and budget (written to a 0600 file)."""
-    workspace = _workspace(settings)
-    workspace.prepare()
+    the server minted for this launch's model, attribution and budget (a 0600 file)."""
     launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget, settings.model,
                     settings.small_model)
-    token_file = workspace.write_token(mint_launch(server, launch), f"launches/{launch.launch_id}")
+    workspace = _workspace(settings, launch.launch_id)
+    workspace.prepare()
+    token_file = workspace.write_token(mint_launch(server, launch))
     config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file)
     return workspace.environment(settings, config, workdir)
 
@@ -186,13 +189,13 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
         for note in notes:
             print(f"opencode-gateway: warning: {note}", file=sys.stderr)
         os.execve(binary, [binary, *arguments], dict(env))
-    workspace = _workspace(settings)
     token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
+    private = Path(token_ref.removeprefix("{file:").removesuffix("}")).parent  # the launch's workspace
+    workspace = Workspace(private, private / "data")
     argv, confined_env, _ = workspace.confine(  # the seccomp filter's descriptor: inherited through exec
         [binary, *arguments], env, settings, workdir=Path(env["PWD"]), port=urlsplit(server.url).port or 80,
         socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
-        new_session=False, hidden=[workspace.private / "launches"],
-        shown=[Path(token_ref.removeprefix("{file:").removesuffix("}"))])
+        new_session=False)
     os.execvpe(argv[0], argv, confined_env)
 
 

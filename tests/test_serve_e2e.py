@@ -122,7 +122,7 @@ def test_env_prints_exports_without_secrets(server: subprocess.Popen[str], env: 
     assert "sk-env-secret" not in result.stdout and "sk-provider" not in result.stdout
     admin = Path(json.loads((gateway_home / "serve" / "server.json").read_text())["token_file"]).read_text()
     assert admin not in result.stdout  # the launch has a token of its own, minted for its attribution
-    [launch_token] = (gateway_home / "tui" / "launches").iterdir()
+    [launch_token] = (gateway_home / "tui").glob("launch_*/token")
     assert f"{{file:{launch_token}}}" in result.stdout and launch_token.stat().st_mode & 0o777 == 0o600
     assert "ENG-7" not in result.stdout  # attribution is the server's record, not a header OpenCode sends
 

@@ -147,14 +147,11 @@ class Sandbox:
     secrets: tuple[Path, ...] = ()
 
     def wrap(self, argv: Sequence[str], *, workdir: Path, private_dir: Path, data_home: Path, port: int,
-             socket_path: Path | None, seccomp_fd: int, new_session: bool = True, hidden: Sequence[Path] = (),
-             shown: Sequence[Path] = ()) -> list[str]:
+             socket_path: Path | None, seccomp_fd: int, new_session: bool = True) -> list[str]:
         """`argv` (an `opencode run`) as bwrap runs it. `socket_path` is where the endpoint listens
         for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `seccomp_fd` holds
         the filter (seccomp.py), open in the child. `new_session`: no controlling terminal inside
-        (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there).
-        `hidden` folders inside the bound ones are emptied, and then `shown` files in them shown
-        read-only (the launcher shows its own token, not the other launches')."""
+        (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there)."""
         binary = Path(argv[0])
         # No capability inside, whoever runs it (as root, bwrap would keep them all otherwise);
         # bwrap also sets no_new_privs, so no setuid program gains any.
@@ -184,10 +181,11 @@ class Sandbox:
         keep = [*readable[-2:], *writable[len(self.writable):]]  # what OpenCode itself needs
         for secret in self.secrets:
             command += _hiding(secret, keep, shown_folders)
-        for path in hidden:
-            command += ["--tmpfs", str(path)]
-        for path in shown:
-            command += ["--ro-bind", str(path), str(path)]
+        project = workdir / ".opencode"
+        if project.is_dir() and not project.is_symlink():
+            # The repository's OpenCode folder: project config is off, but OpenCode still imports
+            # its plugins' code, and an agent (this run's or an earlier one's) can write there.
+            command += ["--tmpfs", str(project), "--remount-ro", str(project)]
         command += ["--chdir", str(workdir), "--"]
         if self.network != "endpoint":
             return [*command, *argv]

@@ -36,10 +36,10 @@ class Workspace:
         oc_config.make_private_dirs(self.private)
         self.data_home.mkdir(mode=0o700, parents=True, exist_ok=True)
 
-    def write_token(self, token: str, name: str = "token") -> Path:
-        """A 0600 file OpenCode's config reads its API key from (`{file:...}`), never its environment."""
-        path = self.private / name
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def write_token(self, token: str) -> Path:
+        """A 0600 file OpenCode's config reads its API key from (`{file:...}`), never its environment;
+        never written over another."""
+        path = self.private / "token"
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as out:
             out.write(token)
@@ -80,19 +80,17 @@ class Workspace:
         return env
 
     def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: RunSettings, *, workdir: Path,
-                port: int, socket_path: Path | None, secrets: Sequence[Path] = (), new_session: bool = True,
-                hidden: Sequence[Path] = (), shown: Sequence[Path] = ()) -> tuple[list[str], dict[str, str], int]:
+                port: int, socket_path: Path | None, new_session: bool = True
+                ) -> tuple[list[str], dict[str, str], int]:
         """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py), and the descriptor of
         the seccomp filter, which the child must inherit (the caller closes it after the start):
         the sandbox sees the workdir and this workspace, and reaches the endpoint through
-        `socket_path`. The gateway's files (settings and key files, the data dir, the ledger, and
-        `secrets`) are hidden wherever they are."""
+        `socket_path`. The gateway's files (settings and key files, the data dir, the ledger) are
+        hidden wherever they are."""
         sandbox = Sandbox(settings.sandbox_network, tuple(map(Path, settings.sandbox_allow_write)),
                           tuple(map(Path, settings.sandbox_allow_read)),
-                          (*settings.secret_files, settings.data_dir.resolve(), settings.ledger_path.resolve(),
-                           *secrets))
+                          (*settings.secret_files, settings.data_dir.resolve(), settings.ledger_path.resolve()))
         fd = filter_fd()
         confined = sandbox.wrap(argv, workdir=workdir, private_dir=self.private, data_home=self.data_home, port=port,
-                                socket_path=socket_path, seccomp_fd=fd, new_session=new_session, hidden=hidden,
-                                shown=shown)
+                                socket_path=socket_path, seccomp_fd=fd, new_session=new_session)
         return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp

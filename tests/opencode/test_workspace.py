@@ -29,13 +29,13 @@ def test_the_token_is_a_private_file_the_config_reads_and_the_env_never_holds(tm
     assert env["HOME"].startswith(str(tmp_path / "private"))
 
 
-def test_a_launch_token_goes_under_its_own_name_and_never_over_another(tmp_path: Path) -> None:
-    workspace = Workspace(tmp_path / "tui", tmp_path / "tui" / "data")
+def test_a_token_is_never_written_over_another(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path / "tui" / "launch_1", tmp_path / "tui" / "launch_1" / "data")
     workspace.prepare()
-    first = workspace.write_token("a", "launches/launch_1")
-    assert first == tmp_path / "tui" / "launches" / "launch_1"
+    first = workspace.write_token("a")
+    assert first == tmp_path / "tui" / "launch_1" / "token"
     with pytest.raises(FileExistsError):
-        workspace.write_token("b", "launches/launch_1")
+        workspace.write_token("b")
     assert first.read_text() == "a"
 
 

@@ -127,7 +127,9 @@ def test_a_plugins_top_level_code_and_a_proc_symlink_find_no_key_under_bwrap(
     sandbox: str, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
 ) -> None:
     """OpenCode imports a repository's .opencode/plugin files even with --pure: their top-level code
-    runs with no model action at all. In read-only mode the read tool follows a symlink into /proc."""
+    runs with no model action at all, unconfined. Under bwrap the folder is masked (an agent could
+    have written it), so the plugin never runs. In read-only mode the read tool follows a symlink
+    into /proc."""
     plugins = workdir / ".opencode" / "plugin"
     plugins.mkdir(parents=True)
     (plugins / "evil.js").write_text(PLUGIN.replace("KEY_MARK", PROVIDER_KEY))
@@ -138,9 +140,8 @@ def test_a_plugins_top_level_code_and_a_proc_symlink_find_no_key_under_bwrap(
     home.mkdir()
     result = cli_run(upstream, workdir, opencode_bin, home, "--sandbox", sandbox, "--permissions", "read-only")
     assert result.returncode == 0, result.stderr
-    found = json.loads((workdir / "plugin-found.json").read_text())  # the plugin's code ran
     tool_results = json.dumps(upstream.requests[1]["body"]["messages"])  # what the read tool gave the model
     if sandbox == "none":
-        assert found  # unconfined, it finds the gateway's environment
+        assert json.loads((workdir / "plugin-found.json").read_text())  # it ran, and found the gateway's environment
     else:
-        assert found == [] and PROVIDER_KEY not in tool_results
+        assert not (workdir / "plugin-found.json").exists() and PROVIDER_KEY not in tool_results

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
-from tests.security.agent import attack, outcome
+from tests.security.agent import PYTHON, attack, outcome
 from tests.test_serve_e2e import env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.e2e
@@ -61,23 +61,52 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
     assert not any(r[2] == "FREE" for r in runs)
 
 
-def test_a_sandboxed_launch_sees_its_own_token_only_and_not_the_servers(
+PLANT = r'''
+import json, os, sys
+home, marker = sys.argv[1], sys.argv[2]
+seen = {}
+for path in (f"{home}/tui", f"{home}/serve/token", f"{home}/ledger.db"):
+    try:
+        seen[path] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path, "rb").read().decode(errors="replace")
+    except OSError as error:
+        seen[path] = error.strerror
+plugin = f"import fs from 'fs'; fs.writeFileSync({json.dumps(marker)}, 'planted plugin ran');"
+for folder in (".opencode/plugin", os.environ["XDG_CONFIG_HOME"] + "/opencode/plugin"):
+    os.makedirs(folder, exist_ok=True)
+    open(f"{folder}/steal.js", "w").write(plugin)
+print(json.dumps(seen))
+'''
+
+
+def test_launches_share_nothing_writable_and_no_plugin_an_agent_planted_runs(
     server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,  # noqa: F811
-    workdir: Path
+    workdir: Path, tmp_path: Path
 ) -> None:
-    upstream.script(Reply(text="first", usage=usage(10, 1)))
-    assert launch(env, workdir, "--", "run", "--format", "json", "--title", "v", "first").returncode == 0
-    launches = gateway_home / "tui" / "launches"
-    look = (f"ls {launches} > seen.txt; cat {gateway_home}/serve/token >> seen.txt 2>/dev/null; "
-            "echo end >> seen.txt")
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": look, "description": "look around"})],
+    """The agent of one launch looks for the other launches' conversations and tokens and the
+    server's, and plants a plugin (in the repository and in its own config dir) for the next
+    launch to run. It finds none of them, and the next launch in the same folder runs no plugin."""
+    upstream.script(Reply(text="the victim's conversation", usage=usage(10, 1)))
+    assert launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "v",
+                  "victim's secret prompt").returncode == 0
+    marker = tmp_path / "planted-ran"
+    (workdir / "plant.py").write_text(PLANT)
+    command = f"{PYTHON} plant.py {gateway_home} {marker} > seen.json"
+    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look around"})],
                           usage=usage(10, 1)), Reply(text="done", usage=usage(10, 1)))
-    second = launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "s", "look")
+    second = launch(env, workdir, "--sandbox", "bwrap", *READ_PYTHON, "--", "run", "--format", "json", "--title", "s",
+                    "look")
     assert second.returncode == 0, second.stderr
-    seen = (workdir / "seen.txt").read_text().split()
-    assert len(list(launches.iterdir())) == 2  # on the host: both launches' tokens
-    assert len(seen) == 2 and seen[1] == "end"  # inside: one token file (its own), and no admin token
-    assert (launches / seen[0]).exists()
+    seen = json.loads((workdir / "seen.json").read_text())
+    own = seen.pop(str(gateway_home / "tui"))
+    assert len(own) == 1 and own[0].startswith("launch_")  # its own workspace, and no other launch's
+    assert all(found == "No such file or directory" for found in seen.values()), seen  # the server's token, ledger
+    assert (workdir / ".opencode" / "plugin" / "steal.js").exists()  # planted, in the repository
+    upstream.script(Reply(text="third", usage=usage(10, 1)))
+    third = launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "t", "go")
+    assert third.returncode == 0, third.stderr
+    assert not marker.exists()  # neither planted plugin ran
+    launches = sorted((gateway_home / "tui").iterdir())
+    assert len(launches) == 3 and all((folder / "token").exists() for folder in launches)  # one workspace each
 
 
 def test_a_launchs_limits_and_model_hold_whatever_session_and_model_its_requests_name(
