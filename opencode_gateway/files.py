@@ -6,6 +6,9 @@ did (a `sed -i`, a generated file, an `rm`). Comparing the tree itself catches e
 
 A snapshot keeps the bytes of small files (to diff them later) and only the size and mtime of the
 rest; version-control folders are skipped. A tree too big to snapshot is reported, not walked.
+Diffs are computed in a worker process that is killed at the run's deadline: difflib takes minutes
+on some files (many repeated lines), and a run ends by its deadline, diffs included. Each diff is
+cut at a cap, which the cut diff names.
 The workdir is the agent's (or a hostile repository's): only regular files are ever opened, and
 without blocking, so a FIFO, a socket or a device is listed by its metadata and never read; a walk
 that outlasts its deadline stops.
@@ -14,9 +17,13 @@ that outlasts its deadline stops.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
+import pickle
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +34,7 @@ __all__ = ["FileChange", "Snapshot", "Unlisted"]
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 MAX_FILES = 100_000
 MAX_KEPT_BYTES = 256 * 1024 * 1024  # bytes of file content one snapshot keeps in memory at most
+DEFAULT_MAX_DIFF_BYTES = 256 * 1024  # a diff longer than this is cut (diff_max_bytes)
 
 
 class Unlisted(Exception):
@@ -39,7 +47,9 @@ class FileChange:
 
     path: str
     change: str  # "created", "modified" or "deleted"
-    diff: str | None = None  # unified diff; None for binary files and files over the size limit
+    # Unified diff, cut at diff_max_bytes (the cut one says so); None for binary files, files over
+    # the size limit, and diffs the run's deadline left uncomputed.
+    diff: str | None = None
 
     def to_dict(self) -> dict[str, str | None]:
         return {"path": self.path, "change": self.change, "diff": self.diff}
@@ -104,18 +114,31 @@ class Snapshot:
                     raise Unlisted(f"{root} holds over {MAX_FILES:,} files")
         return cls(root, entries)
 
-    def changes(self, after: Snapshot) -> tuple[FileChange, ...]:
-        """What happened between this snapshot and `after`, sorted by path."""
-        found = []
+    def changes(self, after: Snapshot, *, deadline: float = math.inf,
+                max_diff_bytes: int = DEFAULT_MAX_DIFF_BYTES) -> tuple[tuple[FileChange, ...], tuple[str, ...]]:
+        """What happened between this snapshot and `after`, sorted by path, with diffs computed
+        until `deadline` (time.monotonic()) and cut at `max_diff_bytes`; and notes on what was
+        left out (diffs the deadline left uncomputed, diffs cut)."""
+        found: list[tuple[str, str]] = []
+        pairs: dict[str, tuple[str, list[str], list[str]]] = {}
         for path in sorted(self.entries.keys() | after.entries.keys()):
             old, new = self.entries.get(path), after.entries.get(path)
-            if old is None:
-                found.append(FileChange(path, "created", _diff(path, None, new)))
-            elif new is None:
-                found.append(FileChange(path, "deleted", _diff(path, old, None)))
-            elif _differ(old, new):
-                found.append(FileChange(path, "modified", _diff(path, old, new)))
-        return tuple(found)
+            if old is not None and new is not None and not _differ(old, new):
+                continue
+            change = "created" if old is None else "deleted" if new is None else "modified"
+            found.append((path, change))
+            before, now = [] if old is None else _text(old.content), [] if new is None else _text(new.content)
+            if before is not None and now is not None:
+                pairs[path] = (change, before, now)
+        diffs = _diff_in_worker(pairs, deadline, max_diff_bytes)
+        notes = []
+        if len(diffs) < len(pairs):
+            notes.append(f"{len(pairs) - len(diffs)} file diffs were not computed by the run's deadline (their "
+                         "files are listed without one)")
+        cut = sum(diff.endswith(_cut_note(max_diff_bytes)) for diff in diffs.values())
+        if cut:
+            notes.append(f"{cut} file diffs are cut at {max_diff_bytes:,} bytes (diff_max_bytes)")
+        return tuple(FileChange(path, change, diffs.get(path)) for path, change in found), tuple(notes)
 
 
 def _differ(old: _Entry, new: _Entry) -> bool:
@@ -125,11 +148,54 @@ def _differ(old: _Entry, new: _Entry) -> bool:
     return (old.size, old.mtime_ns) != (new.size, new.mtime_ns)
 
 
-def _diff(path: str, old: _Entry | None, new: _Entry | None) -> str | None:
-    before = [] if old is None else _text(old.content)
-    after = [] if new is None else _text(new.content)
-    if before is None or after is None:
-        return None
-    lines = difflib.unified_diff(before, after, "/dev/null" if old is None else f"a/{path}",
-                                 "/dev/null" if new is None else f"b/{path}")
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+def _cut_note(cap: int) -> str:
+    return f"\\ diff cut at {cap:,} bytes (diff_max_bytes)\n"
+
+
+def _diff(path: str, change: str, before: list[str], after: list[str], cap: int) -> str:
+    """A unified diff (git's headers), cut at `cap` bytes."""
+    lines = difflib.unified_diff(before, after, "/dev/null" if change == "created" else f"a/{path}",
+                                 "/dev/null" if change == "deleted" else f"b/{path}")
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    if len(text.encode()) <= cap:
+        return text
+    return text.encode()[:cap].decode(errors="ignore").rsplit("\n", 1)[0] + "\n" + _cut_note(cap)
+
+
+def _diff_in_worker(pairs: Mapping[str, tuple[str, list[str], list[str]]], deadline: float,
+                    cap: int) -> dict[str, str]:
+    """The diffs the worker (this module, run as a process) finished by `deadline`, smallest file
+    first; then it is killed."""
+    if not pairs or time.monotonic() >= deadline:
+        return {}
+    order = sorted(pairs, key=lambda path: sum(map(len, pairs[path][1])) + sum(map(len, pairs[path][2])))
+    work = pickle.dumps(([(path, *pairs[path]) for path in order], cap))
+    worker = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
+    try:
+        remaining = None if deadline == math.inf else max(deadline - time.monotonic(), 0.001)
+        out, _ = worker.communicate(work, timeout=remaining)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        out, _ = worker.communicate()  # what it wrote before the deadline
+    diffs = {}
+    for line in out.splitlines():
+        try:
+            path, diff = json.loads(line)
+        except ValueError:  # the line it was writing when it was killed
+            continue
+        diffs[path] = diff
+    return diffs
+
+
+def _work() -> None:
+    """The worker: diffs for the pickled (path, change, before, after) lines on stdin, a JSON line
+    each, flushed as each is done."""
+    items, cap = pickle.loads(sys.stdin.buffer.read())
+    for path, change, before, after in items:
+        sys.stdout.write(json.dumps([path, _diff(path, change, before, after, cap)]) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _work()

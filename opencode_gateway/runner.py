@@ -39,7 +39,7 @@ from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .errors import BudgetExceeded, CapabilityUnsupported, PreflightError, SettingsError
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
-from .files import Snapshot, Unlisted
+from .files import FileChange, Snapshot, Unlisted
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
@@ -459,6 +459,11 @@ class _Run:
                 shutil.move(str(workspace.data_home), store)
             after = None if before is None else await _snapshot(plan.workdir, settings.diff_max_bytes, deadline,
                                                                  self.warnings)
+            files: tuple[FileChange, ...] = ()
+            if before is not None and after is not None:
+                files, notes = await asyncio.to_thread(before.changes, after, deadline=deadline,
+                                                       max_diff_bytes=settings.diff_max_bytes)
+                self.warnings.extend(notes)
         finally:
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()
@@ -468,7 +473,7 @@ class _Run:
             events=tuple(self.events), session_id=session_id, fatal=self.fatal, refusal=self.refusal,
             warnings=(*self.account.budget.overshoot(self.account.spent), *self.warnings,
                       *_silent_mcp_servers(settings, self.offered)),
-            files=before.changes(after) if before is not None and after is not None else (),
+            files=files,
             duration_s=time.monotonic() - started))
 
     async def _converse(self, workspace: Workspace, tagging: Tagging, deadline: float, tag: str) -> ProcessExit:

@@ -112,7 +112,7 @@ class Settings:
     first_byte_timeout: float = 300.0
     idle_timeout: float = 300.0
     max_body_bytes: int = 32 * 1024 * 1024
-    diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff
+    diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff, cut at this size
     ledger: Path | None = None  # None: <data_dir>/ledger.db
     env: tuple[str, ...] = ()  # variables passed to OpenCode on purpose (its environment is an allowlist)
     sandbox: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none" (opencode/sandbox.py)

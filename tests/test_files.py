@@ -17,6 +17,12 @@ def take(root: Path, max_file_bytes: int = 1024) -> Snapshot:
     return Snapshot.take(root, max_file_bytes=max_file_bytes)
 
 
+def changed(before: Snapshot, after: Snapshot) -> tuple[FileChange, ...]:
+    changes, notes = before.changes(after)
+    assert notes == ()
+    return changes
+
+
 def test_created_modified_and_deleted_files_with_their_diffs(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "keep.py").write_text("a = 1\nb = 2\n")
@@ -26,7 +32,7 @@ def test_created_modified_and_deleted_files_with_their_diffs(tmp_path: Path) -> 
     (tmp_path / "src" / "keep.py").write_text("a = 1\nb = 3\n")
     (tmp_path / "old.txt").unlink()
     (tmp_path / "new.txt").write_text("hello")
-    changes = before.changes(take(tmp_path))
+    changes = changed(before, take(tmp_path))
     assert changes == (
         FileChange("new.txt", "created", "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello\n"
                                          "\\ No newline at end of file\n"),
@@ -41,7 +47,7 @@ def test_a_file_rewritten_with_the_same_bytes_is_not_a_change(tmp_path: Path) ->
     before = take(tmp_path)
     (tmp_path / "a.txt").write_text("same\n")
     os.utime(tmp_path / "a.txt", ns=(1, 1))
-    assert before.changes(take(tmp_path)) == ()
+    assert changed(before, take(tmp_path)) == ()
 
 
 def test_binary_and_oversized_files_are_listed_without_a_diff(tmp_path: Path) -> None:
@@ -50,7 +56,7 @@ def test_binary_and_oversized_files_are_listed_without_a_diff(tmp_path: Path) ->
     before = take(tmp_path)
     (tmp_path / "blob.bin").write_bytes(b"\x00\x02")
     (tmp_path / "big.txt").write_text("y" * 2001)
-    assert before.changes(take(tmp_path)) == (FileChange("big.txt", "modified", None),
+    assert changed(before, take(tmp_path)) == (FileChange("big.txt", "modified", None),
                                               FileChange("blob.bin", "modified", None))
 
 
@@ -58,7 +64,7 @@ def test_version_control_folders_are_not_walked(tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     before = take(tmp_path)
     (tmp_path / ".git" / "index").write_text("changed by git")
-    assert before.changes(take(tmp_path)) == ()
+    assert changed(before, take(tmp_path)) == ()
 
 
 def test_symlinks_are_compared_by_target_never_followed(tmp_path: Path) -> None:
@@ -70,10 +76,10 @@ def test_symlinks_are_compared_by_target_never_followed(tmp_path: Path) -> None:
     (work / "link").symlink_to(outside)
     before = take(work)
     (outside / "secret.txt").write_text("changed\n")
-    assert before.changes(take(work)) == ()
+    assert changed(before, take(work)) == ()
     (work / "link").unlink()
     (work / "link").symlink_to(tmp_path)
-    assert before.changes(take(work)) == (FileChange("link", "modified", f"--- a/link\n+++ b/link\n@@ -1 +1 @@\n"
+    assert changed(before, take(work)) == (FileChange("link", "modified", f"--- a/link\n+++ b/link\n@@ -1 +1 @@\n"
                                                      f"-{outside}\n\\ No newline at end of file\n+{tmp_path}\n"
                                                      "\\ No newline at end of file\n"),)
 
@@ -93,7 +99,7 @@ def test_past_the_memory_budget_files_are_compared_by_size_and_mtime(tmp_path: P
     (tmp_path / "b.txt").write_text("kept? no")
     before = take(tmp_path)
     (tmp_path / "b.txt").write_text("changed!")
-    assert [c.change for c in before.changes(take(tmp_path))] == ["modified"]
+    assert [c.change for c in changed(before, take(tmp_path))] == ["modified"]
 
 
 def test_fifos_sockets_and_devices_are_listed_never_opened(tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def test_fifos_sockets_and_devices_are_listed_never_opened(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "made-by-the-agent.fifo")
     with socket.socket(socket.AF_UNIX) as listening:
         listening.bind(str(tmp_path / "agent.sock"))
-        changes = before.changes(take(tmp_path))
+        changes = changed(before, take(tmp_path))
     assert changes == (FileChange("agent.sock", "created", None), FileChange("made-by-the-agent.fifo", "created", None))
 
 
@@ -125,3 +131,24 @@ def test_a_walk_past_its_deadline_stops(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x")
     with pytest.raises(Unlisted, match="took longer than the run's timeout"):
         Snapshot.take(tmp_path, max_file_bytes=1024, deadline=time.monotonic() - 1)
+
+
+def test_diffs_end_by_the_deadline_and_each_is_cut_at_its_cap(tmp_path: Path) -> None:
+    """difflib takes minutes on a file of many repeated lines changed throughout: the run's
+    deadline ends the worker that diffs, and the files are listed without their diffs."""
+    slow_before = "".join(f"{i % 150}\n" for i in range(60_000))
+    slow_after = "".join(f"{i * 7 % 150}\n" for i in range(60_000))
+    (tmp_path / "slow.txt").write_text(slow_before)
+    (tmp_path / "long.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
+    before = take(tmp_path, max_file_bytes=1 << 20)
+    (tmp_path / "slow.txt").write_text(slow_after)
+    (tmp_path / "long.txt").write_text("".join(f"line {i} changed\n" for i in range(5000)))
+    started = time.monotonic()
+    changes, notes = before.changes(take(tmp_path, max_file_bytes=1 << 20), deadline=started + 3, max_diff_bytes=2000)
+    assert time.monotonic() - started < 3 + 2  # ended by the deadline (the worker killed), not minutes later
+    long, slow = changes
+    assert long.diff is not None and len(long.diff.encode()) <= 2000 + 100
+    assert long.diff.endswith("\\ diff cut at 2,000 bytes (diff_max_bytes)\n") and long.diff.startswith("--- a/long.txt")
+    assert (slow.path, slow.change, slow.diff) == ("slow.txt", "modified", None)
+    assert notes == ("1 file diffs were not computed by the run's deadline (their files are listed without one)",
+                     "1 file diffs are cut at 2,000 bytes (diff_max_bytes)")
