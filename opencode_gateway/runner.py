@@ -377,6 +377,17 @@ async def _snapshot(workdir: Path, max_file_bytes: int, deadline: float, warning
         return None
 
 
+async def _changes(before: Snapshot | None, workdir: Path, max_bytes: int, deadline: float,
+                   warnings: list[str]) -> tuple[FileChange, ...]:
+    """What the run changed in its workdir, diffs computed until the deadline."""
+    after = None if before is None else await _snapshot(workdir, max_bytes, deadline, warnings)
+    if before is None or after is None:
+        return ()
+    files, notes = await asyncio.to_thread(before.changes, after, deadline=deadline, max_diff_bytes=max_bytes)
+    warnings.extend(notes)
+    return files
+
+
 class _Run:
     """One run while it goes: where its records and events arrive, and what ends it early. Its
     account keeps the records and the ledger row; this passes them on as events, and stops
@@ -457,13 +468,7 @@ class _Run:
                 store = _session_store(settings, session_id)  # kept, for --session
                 store.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(workspace.data_home), store)
-            after = None if before is None else await _snapshot(plan.workdir, settings.diff_max_bytes, deadline,
-                                                                 self.warnings)
-            files: tuple[FileChange, ...] = ()
-            if before is not None and after is not None:
-                files, notes = await asyncio.to_thread(before.changes, after, deadline=deadline,
-                                                       max_diff_bytes=settings.diff_max_bytes)
-                self.warnings.extend(notes)
+            files = await _changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
         finally:
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()

@@ -345,10 +345,7 @@ class _Call:
         """Relay the stream as it comes. However it ends, OpenCode gets a well-formed ending (a
         stream cut or stalled upstream becomes an SSE error event, never a cut) and one record
         is made."""
-        on_text = self.endpoint.on_text
-        reader = StreamUsageReader(collect_text=self.endpoint.estimate_usage, on_text=None if on_text is None else
-                                   lambda kind, piece: on_text(self.session_id, kind, piece),
-                                   keep_answer=self.endpoint.keep_answers)
+        reader = _stream_reader(self.endpoint, self.session_id)
         failure: str | None = None
         ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
         try:
@@ -384,6 +381,14 @@ class _Call:
         self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
                     usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id,
                     answer=reader.answer)
+
+
+def _stream_reader(endpoint: Endpoint, session_id: str | None) -> StreamUsageReader:
+    """What a relayed stream is read for: its usage, and, as the endpoint asks, its text for an
+    estimate, each piece passed on live, the answer kept."""
+    on_text = endpoint.on_text
+    return StreamUsageReader(collect_text=endpoint.estimate_usage, keep_answer=endpoint.keep_answers,
+                             on_text=None if on_text is None else lambda kind, piece: on_text(session_id, kind, piece))
 
 
 def _answer_of(body: Mapping[str, Any]) -> str:
