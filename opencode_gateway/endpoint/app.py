@@ -8,10 +8,12 @@ request ends, however it ends, one RequestRecord goes to its run's account.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -140,15 +142,39 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-async def _json_body(request: Request, limit: int) -> dict[str, Any] | Response:
-    """The request's JSON object, or the error response that says what is wrong with it."""
-    raw = await _read_body(request, limit)
-    if raw is None:
-        return error_response(f"request body is over the limit of {limit:,} bytes", 413, "invalid_request_error")
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return error_response("request body is not valid JSON", 400, "invalid_request_error")
+# A body's shape, bounded before it is parsed: 32 MiB of `{},` is 11 million dicts, 6 GB once
+# parsed. OpenCode's longest sessions send a few tens of thousands of values.
+MAX_JSON_VALUES = 250_000
+_PARSED_AT_ONCE = 2  # bodies of one token read and parsed at once
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _too_many_values(raw: bytes) -> bool:
+    """Whether `raw` holds more than MAX_JSON_VALUES values (objects, arrays, and the items
+    commas separate). Counting the brackets and commas inside strings too is an upper bound,
+    enough for almost every body; only above it are the strings taken out and counted exactly."""
+    def values(text: bytes) -> int:
+        return text.count(b"{") + text.count(b"[") + text.count(b",")
+
+    return values(raw) > MAX_JSON_VALUES and values(_JSON_STRING.sub(b'""', raw)) > MAX_JSON_VALUES
+
+
+async def _json_body(request: Request, limit: int, parsing: asyncio.Semaphore) -> dict[str, Any] | Response:
+    """The request's JSON object, or the error response that says what is wrong with it. Bodies
+    are read and parsed `parsing` at a time (per token), each shape bounded first."""
+    async with parsing:
+        raw = await _read_body(request, limit)
+        if raw is None:
+            return error_response(f"request body is over the limit of {limit:,} bytes", 413, "invalid_request_error")
+        if _too_many_values(raw):
+            return error_response(f"request body holds over {MAX_JSON_VALUES:,} JSON values: no chat request needs "
+                                  "that many", 413, "invalid_request_error")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return error_response("request body is not valid JSON", 400, "invalid_request_error")
+        except RecursionError:
+            return error_response("request body is nested too deeply", 400, "invalid_request_error")
     if not isinstance(body, dict):
         return error_response("request body must be a JSON object", 400, "invalid_request_error")
     return body
@@ -185,10 +211,14 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         entries = [{"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"} for model in fixed]
         return JSONResponse({"object": "list", "data": entries})
 
+    # Bodies being read and parsed at once, per token: one token (an agent's) cannot fill memory.
+    parsing: collections.defaultdict[str, asyncio.Semaphore] = collections.defaultdict(
+        lambda: asyncio.Semaphore(_PARSED_AT_ONCE))
+
     async def chat(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        body = await _json_body(request, endpoint.max_body_bytes)
+        body = await _json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
         if isinstance(body, Response):
             return body
         if endpoint.checked is not None and (refused := await endpoint.checked()) is not None:

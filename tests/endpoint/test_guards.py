@@ -16,7 +16,7 @@ from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.usage import Usage
-from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.app import MAX_JSON_VALUES, Endpoint, Target, _too_many_values, create_app
 from opencode_gateway.endpoint.server import EndpointServer
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -144,3 +144,18 @@ async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price
     [record] = records
     assert record.cost.usd is not None and record.cost.usd > 0 and record.cost.source == "litellm"
     assert record.usage is not None and record.usage.input_tokens == 1000
+
+
+async def test_a_body_of_millions_of_values_is_refused_before_it_is_parsed() -> None:
+    """32 MiB of empty messages would be ~11 million dicts once parsed; text with commas and
+    brackets in its strings is not counted against the limit."""
+    sink: list[RequestRecord] = []
+    app = create_app(endpoint(records=sink))
+    hostile = b'{"stream": true, "messages": [' + b",".join([b"{}"] * (MAX_JSON_VALUES + 1)) + b"]}"
+    response = await post(app, content=hostile)
+    assert response.status_code == 413 and "over 250,000 JSON values" in response.json()["error"]["message"]
+    nested = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = await post(app, content=nested)
+    assert response.status_code in (400, 413) and sink == []  # nested too deeply, or too many values: never parsed
+    prose = "a, b, {c} [d] " * 100_000  # 400,000 commas and brackets, all in one string
+    assert not _too_many_values(json.dumps({"messages": [{"role": "user", "content": prose}]}).encode())

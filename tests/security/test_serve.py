@@ -1,20 +1,26 @@
 """The agent of one launch attacks the long-lived server with the token its launch was given: it
-tries to add its calls to another launch's session, to choose its own attribution, and to mint
-itself a launch. Each attack reaches the server and changes nothing."""
+tries to add its calls to another launch's session, to choose its own attribution and model, to
+mint itself a launch, to escape its launch's limits with fresh session ids, to read or plant
+anything another launch uses, and to exhaust the server's memory. Each attack reaches the server
+and changes nothing."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import resource
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from tests.security.agent import PYTHON, attack, outcome
-from tests.test_serve_e2e import env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
+from tests.test_serve_e2e import CLI, env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -123,3 +129,45 @@ def test_a_launchs_limits_and_model_hold_whatever_session_and_model_its_requests
     assert len(answers) == 12 and all(status == 400 for status, _ in answers), answers  # the one turn was spent
     assert len(upstream.requests) == 1  # OpenCode's own first turn, on the launch's model
     assert {r["body"]["model"] for r in upstream.requests} == {"gpt-4o-mini"}
+
+
+def test_a_body_of_millions_of_values_leaves_serve_and_other_launches_working_under_a_memory_cap(
+    upstream: ScriptedUpstream, gateway_home: Path, env: dict[str, str]  # noqa: F811
+) -> None:
+    """32 MiB of empty messages (ten million dicts once parsed: 6 GB) sent three at once with one
+    launch's token: each is refused unparsed, serve stays well inside its memory cap, and another
+    launch's request is served meanwhile."""
+    cap = 3 << 30
+    serve = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"], env=env,
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    try:
+        state_file = gateway_home / "serve" / "server.json"
+        deadline = time.monotonic() + 30
+        while not state_file.exists():
+            assert serve.poll() is None and time.monotonic() < deadline, "serve did not start within 30 s"
+            time.sleep(0.1)
+        state = json.loads(state_file.read_text())
+        admin = {"authorization": f"Bearer {Path(state['token_file']).read_text()}"}
+        attacker, other = (httpx.post(state["url"] + "/launches", headers=admin, timeout=30,
+                                      json={"model": "openai/gpt-4o-mini"}).json()["token"] for _ in range(2))
+        hostile = b'{"stream": false, "messages": [' + b",".join([b"{}"] * 10_500_000) + b"]}"
+
+        def send(token: str, content: bytes) -> httpx.Response:
+            return httpx.post(state["url"] + "/v1/chat/completions", content=content, timeout=120,
+                              headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+
+        upstream.script(Reply(text="served meanwhile", usage=usage(10, 1)))
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            attacks = [pool.submit(send, attacker, hostile) for _ in range(3)]
+            normal = send(other, json.dumps({"model": "m", "stream": False, "messages": MESSAGES}).encode())
+            statuses = [attack.result().status_code for attack in attacks]
+        assert statuses == [413, 413, 413]
+        assert normal.status_code == 200 and "served meanwhile" in normal.text
+        assert serve.poll() is None  # still up
+        peak = next(int(line.split()[1]) for line in Path(f"/proc/{serve.pid}/status").read_text().splitlines()
+                    if line.startswith("VmHWM:"))
+        assert peak < 600 * 1024  # kB: the bodies were never materialised
+    finally:
+        serve.terminate()
+        serve.wait(30)
