@@ -18,7 +18,7 @@ import shlex
 import stat
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,17 +121,28 @@ def _within(path: Path, folders: Iterable[Path]) -> bool:
     return any(path == folder or folder in path.parents for folder in folders)
 
 
-def _hiding(secret: Path, keep: Sequence[Path], shown: Sequence[Path]) -> list[str]:
-    """bwrap options that hide what the `shown` folders would show of `secret` (a file: /dev/null
-    over it; a folder: an empty one), except the paths in `keep` and below them, which stay (the
-    folder of OpenCode's binary inside the data dir, the session store a run continues)."""
+def _hide_whole(path: Path) -> list[str]:
+    """A file: an unopenable node in its place; a folder: an empty read-only one."""
+    return ["--tmpfs", str(path), "--remount-ro", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+
+
+def _hiding(secret: Path, keep: Mapping[Path, str], shown: Sequence[Path]) -> list[str]:
+    """bwrap options (after every bind) that hide what the `shown` folders show of `secret`, but
+    the paths in `keep` below it (the folder of OpenCode's binary inside the data dir, the session
+    store a run continues), which are bound again, with their option, over the emptied folder:
+    nothing else of it is even listed."""
     if not secret.exists() or secret.is_symlink() or secret in keep:
         return []
     if not _within(secret, shown):  # not shown itself: only what a folder shown below it shows
-        return [option for folder in shown if secret in folder.parents for option in _hiding(folder, keep, shown)]
-    if not any(secret in path.parents for path in keep):
-        return ["--tmpfs", str(secret)] if secret.is_dir() else ["--ro-bind", "/dev/null", str(secret)]
-    return [option for child in sorted(secret.iterdir()) for option in _hiding(child, keep, shown)]
+        return [option for folder in shown if secret in folder.parents and folder not in keep
+                for option in _hide_whole(folder)]
+    below = [path for path in keep if secret in path.parents]
+    if not below:
+        return _hide_whole(secret)
+    options = ["--tmpfs", str(secret)]
+    for path in below:
+        options += [keep[path], str(path), str(path)]
+    return [*options, "--remount-ro", str(secret)]
 
 
 @dataclass(frozen=True)
@@ -178,7 +189,8 @@ class Sandbox:
         for path in writable:
             command += ["--bind", str(path), str(path)]
         shown_folders = [*map(Path, SYSTEM_DIRS), *readable, *writable]
-        keep = [*readable[-2:], *writable[len(self.writable):]]  # what OpenCode itself needs
+        keep = {**{path: "--ro-bind" for path in readable[-2:]},  # what OpenCode itself needs
+                **{path: "--bind" for path in writable[len(self.writable):]}}
         for secret in self.secrets:
             command += _hiding(secret, keep, shown_folders)
         project = workdir / ".opencode"

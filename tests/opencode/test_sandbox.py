@@ -43,8 +43,9 @@ def test_the_host_is_shown_from_an_allowlist_of_system_folders_never_whole(tmp_p
 
 
 def test_the_gateways_files_are_hidden_inside_a_shown_folder_but_what_opencode_needs(tmp_path: Path) -> None:
-    """The data dir holds OpenCode's binary and the session a run continues: those stay, its
-    ledger, tokens and other sessions go; a key file in the workdir is an empty file inside."""
+    """The data dir holds OpenCode's binary and the session a run continues: the folder is
+    emptied and those two bound again over it (its ledger, tokens and other sessions are not even
+    listed); a key file in the workdir is an unopenable node inside."""
     data_dir = tmp_path / "work" / "data-dir"  # shown: it lies in the workdir
     binary = data_dir / "opencode" / "bin" / "opencode"
     for folder in ("serve", "sessions/ses_other", "opencode/bin"):
@@ -52,13 +53,12 @@ def test_the_gateways_files_are_hidden_inside_a_shown_folder_but_what_opencode_n
     (data_dir / "ledger.db").write_text("rows")
     key = tmp_path / "work" / "key.txt"
     key.write_text("sk-secret")
-    argv = _wrap(tmp_path, Sandbox(secrets=(data_dir, key)), binary=binary)
-    mounts = _mounts(argv)
+    mounts = _mounts(_wrap(tmp_path, Sandbox(secrets=(data_dir, key)), binary=binary))
     assert ("--ro-bind", "/dev/null", str(key)) in mounts
-    assert ("--ro-bind", "/dev/null", str(data_dir / "ledger.db")) in mounts
-    assert ("--tmpfs", str(data_dir / "serve")) in mounts and ("--tmpfs", str(data_dir / "sessions")) in mounts
-    assert not any(m[-1] in (str(data_dir), str(binary.parent)) and m[0] == "--tmpfs" for m in mounts)
-    assert ("--ro-bind", str(binary.parent), str(binary.parent)) in mounts
+    emptied = mounts.index(("--tmpfs", str(data_dir)))
+    assert mounts.index(("--bind", str(tmp_path / "work"), str(tmp_path / "work"))) < emptied  # after the workdir
+    assert ("--ro-bind", str(binary.parent), str(binary.parent)) in mounts[emptied:]  # bound again over it
+    assert not any(str(data_dir / name) in mount for mount in mounts for name in ("serve", "sessions", "ledger.db"))
 
 
 def test_a_secret_nothing_shows_adds_no_mount(tmp_path: Path) -> None:
