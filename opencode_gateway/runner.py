@@ -43,6 +43,7 @@ from .files import FileChange, Snapshot, Unlisted
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
+from .opencode.gitguard import GitControl
 from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, ProcessExit, opencode_retries, run_argv
 from .opencode.sandbox import resolve_sandbox
@@ -289,7 +290,7 @@ def _routed(targets: Mapping[str, Target], model: str) -> Target | Targeting:
 
 
 def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_path: Path | None,
-              tag: str) -> tuple[OpenCodeProcess, str]:
+              tag: str, git: GitControl) -> tuple[OpenCodeProcess, str]:
     """OpenCode's process, not yet started, given its isolated config with the endpoint's address;
     and the run's token, which the endpoint is to ask for."""
     settings = plan.settings
@@ -306,7 +307,7 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
     inherited: tuple[int, ...] = ()
     if plan.sandbox == "bwrap":
         argv, env, seccomp = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
-                                               socket_path=socket_path)
+                                               socket_path=socket_path, git=git)
         inherited = (seccomp,)
     return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
@@ -375,6 +376,14 @@ async def _snapshot(workdir: Path, max_file_bytes: int, deadline: float, warning
     except Unlisted as exc:
         warnings.append(f"file changes are not listed: {exc}")
         return None
+
+
+def _keep_session(plan: Plan, workspace: Workspace, session_id: str | None) -> None:
+    """A new session's store, kept under the data dir for --session."""
+    if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
+        store = _session_store(plan.settings, session_id)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(workspace.data_home), store)
 
 
 async def _changes(before: Snapshot | None, workdir: Path, max_bytes: int, deadline: float,
@@ -462,12 +471,11 @@ class _Run:
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await _snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-            ended = await self._converse(workspace, tagging, deadline, watchdog.tag)
+            git = GitControl.take(plan.workdir)
+            ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
+            self.warnings.extend(git.restore(self.account.run_id))
             session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
-            if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
-                store = _session_store(settings, session_id)  # kept, for --session
-                store.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(workspace.data_home), store)
+            _keep_session(plan, workspace, session_id)
             files = await _changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
         finally:
             shutil.rmtree(private, ignore_errors=True)
@@ -481,7 +489,8 @@ class _Run:
             files=files,
             duration_s=time.monotonic() - started))
 
-    async def _converse(self, workspace: Workspace, tagging: Tagging, deadline: float, tag: str) -> ProcessExit:
+    async def _converse(self, workspace: Workspace, tagging: Tagging, deadline: float, tag: str,
+                        git: GitControl) -> ProcessExit:
         """OpenCode started first; then, while it starts (~2 s), the endpoint built and served (its
         first request waits in the port's backlog meanwhile); until OpenCode exits, is stopped, or
         the deadline."""
@@ -492,7 +501,7 @@ class _Run:
         targets: dict[str, Target] = {}
         warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the warm-up, once it starts
         try:
-            self.process, token = _opencode(self.plan, workspace, server, socket_path, tag)
+            self.process, token = _opencode(self.plan, workspace, server, socket_path, tag, git)
             await self.process.start()
             self.preflight = _GatewayCheck(settings, self.process) if settings.mode == "gateway" else None
             warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings, self.plan.session_id))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SettingsError
+from .gitguard import GitControl
 
 __all__ = ["EMPTY_DIRS", "SANDBOX_KINDS", "SANDBOX_NETWORKS", "SYSTEM_DIRS", "Sandbox", "probe", "resolve_sandbox"]
 
@@ -158,11 +159,13 @@ class Sandbox:
     secrets: tuple[Path, ...] = ()
 
     def wrap(self, argv: Sequence[str], *, workdir: Path, private_dir: Path, data_home: Path, port: int,
-             socket_path: Path | None, seccomp_fd: int, new_session: bool = True) -> list[str]:
+             socket_path: Path | None, seccomp_fd: int, new_session: bool = True,
+             git: GitControl | None = None) -> list[str]:
         """`argv` (an `opencode run`) as bwrap runs it. `socket_path` is where the endpoint listens
         for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `seccomp_fd` holds
         the filter (seccomp.py), open in the child. `new_session`: no controlling terminal inside
-        (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there)."""
+        (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there). `git`:
+        the workdir's git dir as it was before the run (taken now if not given)."""
         binary = Path(argv[0])
         # No capability inside, whoever runs it (as root, bwrap would keep them all otherwise);
         # bwrap also sets no_new_privs, so no setuid program gains any.
@@ -188,6 +191,7 @@ class Sandbox:
             command += ["--ro-bind", str(path), str(path)]
         for path in writable:
             command += ["--bind", str(path), str(path)]
+        command += (git or GitControl.take(workdir)).sandbox_options()
         shown_folders = [*map(Path, SYSTEM_DIRS), *readable, *writable]
         keep = {**{path: "--ro-bind" for path in readable[-2:]},  # what OpenCode itself needs
                 **{path: "--bind" for path in writable[len(self.writable):]}}

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..settings import RunSettings
 from . import config as oc_config
+from .gitguard import GitControl
 from .sandbox import Sandbox
 from .seccomp import filter_fd
 from .skills import Skill, install_skills, skills_dir
@@ -80,7 +81,7 @@ class Workspace:
         return env
 
     def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: RunSettings, *, workdir: Path,
-                port: int, socket_path: Path | None, new_session: bool = True
+                port: int, socket_path: Path | None, new_session: bool = True, git: GitControl | None = None
                 ) -> tuple[list[str], dict[str, str], int]:
         """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py), and the descriptor of
         the seccomp filter, which the child must inherit (the caller closes it after the start):
@@ -92,5 +93,5 @@ class Workspace:
                           (*settings.secret_files, settings.data_dir.resolve(), settings.ledger_path.resolve()))
         fd = filter_fd()
         confined = sandbox.wrap(argv, workdir=workdir, private_dir=self.private, data_home=self.data_home, port=port,
-                                socket_path=socket_path, seccomp_fd=fd, new_session=new_session)
+                                socket_path=socket_path, seccomp_fd=fd, new_session=new_session, git=git)
         return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp
