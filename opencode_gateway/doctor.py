@@ -58,7 +58,9 @@ def _sandbox(settings: Settings) -> Check:
     if settings.sandbox == "none":
         return Check("sandbox", True, "off (--sandbox none): OpenCode runs unconfined")
     if problem is None:
-        return Check("sandbox", True, f"bubblewrap confines every run (network: {settings.sandbox_network})")
+        return Check("sandbox", True, "bubblewrap confines every run: no capability inside (as root too), seccomp "
+                     f"denies TIOCSTI, ptrace and io_uring, the host from an allowlist (network: "
+                     f"{settings.sandbox_network})")
     if settings.sandbox == "auto":
         return Check("sandbox", True, f"runs are NOT confined: {problem}; {INSTALL_HINT}")
     return Check("sandbox", False, f"--sandbox bwrap cannot work: {problem}; {INSTALL_HINT}")
