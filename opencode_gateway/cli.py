@@ -302,7 +302,7 @@ def _cmd_opencode(args: argparse.Namespace) -> int:
 
     settings, server, env = _launch_env(args)
     arguments = args.opencode_args[1:] if args.opencode_args[:1] == ["--"] else args.opencode_args
-    run_opencode(settings, server, arguments, env)
+    return run_opencode(settings, server, arguments, env)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

@@ -14,13 +14,14 @@ import contextlib
 import json
 import os
 import shlex
+import subprocess
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,6 +30,7 @@ from .accounting.budget import Budget
 from .errors import SettingsError
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
+from .opencode.gitguard import GitControl
 from .opencode.sandbox import resolve_sandbox
 from .opencode.workspace import Workspace
 from .settings import RunSettings, Settings, check_attribution
@@ -179,10 +181,12 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
 
 
 def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str],
-                 env: Mapping[str, str]) -> NoReturn:
-    """Become OpenCode (the TUI owns the terminal; nothing of ours is left to clean up), in the
-    sandbox `settings.sandbox` comes to: under bwrap it reaches the server through the server's
-    unix socket, bridged to the port its config names, and sees its own token file only."""
+                 env: Mapping[str, str]) -> int:
+    """Run OpenCode (the TUI shares the terminal) until it exits, in the sandbox `settings.sandbox`
+    comes to: under bwrap it reaches the server through the server's unix socket, bridged to the
+    port its config names, sees its own launch's workspace only, and git's control files of the
+    folder are put back afterwards (opencode/gitguard.py). Unconfined, this process becomes
+    OpenCode. Returns OpenCode's exit code."""
     binary = find_opencode(settings.opencode_bin, settings.data_dir)
     notes: list[str] = []
     if resolve_sandbox(settings.sandbox, notes) == "none":
@@ -191,12 +195,23 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
         os.execve(binary, [binary, *arguments], dict(env))
     token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
     private = Path(token_ref.removeprefix("{file:").removesuffix("}")).parent  # the launch's workspace
-    workspace = Workspace(private, private / "data")
-    argv, confined_env, _ = workspace.confine(  # the seccomp filter's descriptor: inherited through exec
-        [binary, *arguments], env, settings, workdir=Path(env["PWD"]), port=urlsplit(server.url).port or 80,
+    workdir = Path(env["PWD"])
+    git = GitControl.take(workdir)
+    argv, confined_env, seccomp = Workspace(private, private / "data").confine(
+        [binary, *arguments], env, settings, workdir=workdir, port=urlsplit(server.url).port or 80,
         socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
-        new_session=False)
-    os.execvpe(argv[0], argv, confined_env)
+        new_session=False, git=git)
+    process = subprocess.Popen(argv, env=confined_env, pass_fds=(seccomp,))
+    os.close(seccomp)
+    try:
+        while True:
+            try:
+                return process.wait()
+            except KeyboardInterrupt:  # the terminal's Ctrl-C reached OpenCode too: it ends, and then we do
+                continue
+    finally:
+        for warning in git.restore(private.name):
+            print(f"opencode-gateway: warning: {warning}", file=sys.stderr)
 
 
 def shell_exports(env: Mapping[str, str], inherited: Mapping[str, str] = os.environ) -> str:

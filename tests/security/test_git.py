@@ -13,6 +13,7 @@ from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
+from tests.test_serve_e2e import env, gateway_home, launch, server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +79,17 @@ def test_a_repository_the_agent_creates_is_moved_out_of_gits_way(
     [aside] = workdir.glob(".git.created-by-run_*")
     assert (aside / "hooks" / "pre-commit").exists() and any(aside.name in warning for warning in warnings)
     assert not marker.exists()
+
+
+def test_a_launch_puts_gits_control_files_back_when_opencode_exits(
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], workdir: Path  # noqa: F811
+) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
+    (workdir / "plant.sh").write_text("mkdir -p evil && echo \"$PWD/evil\" > .git/commondir\n")
+    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": "sh plant.sh", "description": "plant"})],
+                          usage=usage(100, 5)), Reply(text="done", usage=usage(100, 5)))
+    launched = launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "g", "go")
+    assert launched.returncode == 0, launched.stderr
+    assert (workdir / "evil").is_dir()  # the agent's script ran
+    assert not (workdir / ".git" / "commondir").exists()
+    assert "put back as they were before the run" in launched.stderr
