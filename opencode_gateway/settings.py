@@ -101,6 +101,9 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     pricing: Mapping[str, Price] = field(default_factory=_frozen)
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
+    # Per model or group: how its backend caches prompts, "markers", "key" or "off" (endpoint/caching.py);
+    # not set: known from the model string, or from the gateway's model info for a group.
+    prompt_caching: Mapping[str, str] = field(default_factory=_frozen)
     tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
     max_cost: float | None = None  # USD per run
     max_requests: int | None = None  # upstream calls per run
@@ -150,6 +153,12 @@ class Settings:
         return [(cap, str(metadata[cap.key])) for cap in self.budgets.values()
                 if isinstance(cap, PeriodBudget) and cap.key in metadata]
 
+    def caching_for(self, model: str) -> str | None:
+        """The `prompt_caching` setting of a model or its group: "markers", "cache_key", "off", or
+        None (not set)."""
+        setting = self.prompt_caching.get(model) or self.prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
+        return {"markers": "markers", "key": "cache_key", "off": "off"}.get(setting) if setting else None
+
     @property
     def ledger_path(self) -> Path:
         return self.ledger or self.data_dir / "ledger.db"
@@ -169,7 +178,7 @@ class Settings:
                                         for model, value in dict(given["pricing"]).items()})
         if "budgets" in given:
             given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-        for name in ("metadata", "opencode_config", "mcp"):
+        for name in ("metadata", "opencode_config", "mcp", "prompt_caching"):
             if name in given:
                 given[name] = _frozen(given[name])
         for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
@@ -255,6 +264,9 @@ def _check(settings: RunSettings) -> None:
             )
     check_permissions(settings.permissions)
     check_attribution(settings.tags, settings.metadata, settings.tag_metadata_keys)
+    for model, style in settings.prompt_caching.items():
+        if style not in ("markers", "key", "off"):
+            raise SettingsError(f"prompt_caching.{model} is {style!r}: use markers (Claude), key (OpenAI) or off")
     for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
         if not 0 < getattr(settings, name) < math.inf:
             raise SettingsError(f"{name} {getattr(settings, name)} is invalid: give a number of seconds above 0")

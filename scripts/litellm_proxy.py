@@ -9,8 +9,8 @@ only). Everything is installed under .tools/proxy/ by `install()`, once.
     with LiteLLMProxy(model_list) as proxy:      # Postgres + proxy up, healthy
         proxy.url, proxy.master_key
 
-As a script: `python scripts/litellm_proxy.py --upstream URL` serves two model groups (team-a,
-team-b) in front of URL until interrupted.
+As a script: `python scripts/litellm_proxy.py --upstream URL` serves model groups (team-a,
+team-b, and the Claude groups team-coder and claude-coder) in front of URL until interrupted.
 """
 
 from __future__ import annotations
@@ -267,13 +267,19 @@ class LiteLLMProxy:
 
 
 def groups(upstream: str) -> list[dict[str, Any]]:
-    """Two priced model groups in front of one OpenAI-compatible upstream."""
+    """Two priced model groups in front of one OpenAI-compatible upstream, and two Claude groups
+    (one named like a team's, one with "claude" in its name) in front of the same server speaking
+    Anthropic's Messages API (litellm's anthropic adapter, priced by LiteLLM's map)."""
     return [
-        {"model_name": name, "litellm_params": {"model": f"openai/{name}-model", "api_base": upstream,
-                                                "api_key": "sk-upstream", "input_cost_per_token": price[0],
-                                                "output_cost_per_token": price[1],
-                                                "cache_read_input_token_cost": price[2]}}
-        for name, price in (("team-a", (1e-06, 4e-06, 1e-07)), ("team-b", (3e-06, 1.5e-05, 3e-07)))
+        *({"model_name": name, "litellm_params": {"model": f"openai/{name}-model", "api_base": upstream,
+                                                  "api_key": "sk-upstream", "input_cost_per_token": price[0],
+                                                  "output_cost_per_token": price[1],
+                                                  "cache_read_input_token_cost": price[2]}}
+          for name, price in (("team-a", (1e-06, 4e-06, 1e-07)), ("team-b", (3e-06, 1.5e-05, 3e-07)))),
+        *({"model_name": name, "litellm_params": {"model": "anthropic/claude-sonnet-4-5",
+                                                  "api_base": upstream.removesuffix("/v1"),
+                                                  "api_key": "sk-ant-upstream"}}
+          for name in ("team-coder", "claude-coder")),
     ]
 
 

@@ -181,3 +181,12 @@ def test_an_mcp_server_is_checked_before_a_run(server: dict, message: str) -> No
     with pytest.raises(SettingsError, match=message):
         Settings(model="openai/m", mcp={"tools": server}).validated()
     assert Settings(model="openai/m", mcp={"web": {"type": "remote", "url": "https://mcp.example/x"}}).validated()
+
+
+def test_prompt_caching_is_set_per_model_or_group_and_checked() -> None:
+    settings = Settings(model="litellm_proxy/team-coder").replace(prompt_caching={"team-coder": "markers",
+                                                                                  "openai/gpt-4o": "off"})
+    assert settings.caching_for("litellm_proxy/team-coder") == "markers"
+    assert settings.caching_for("openai/gpt-4o") == "off" and settings.caching_for("other") is None
+    with pytest.raises(SettingsError, match="prompt_caching.team-coder is 'yes': use markers"):
+        Settings(model="m").replace(prompt_caching={"team-coder": "yes"}).validated()

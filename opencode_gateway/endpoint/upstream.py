@@ -18,6 +18,7 @@ from .. import _litellm
 from ..errors import one_line
 from ..litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from ..settings import Settings
+from .caching import CacheStyle, cache_style, prepared
 from .tagging import Tagging
 from .transport import AiohttpTransport
 
@@ -97,6 +98,11 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+def _style(setting: str | None) -> CacheStyle | None:
+    """The `prompt_caching` setting as a style ("off", or not set: None)."""
+    return "markers" if setting == "markers" else "cache_key" if setting == "cache_key" else None
+
+
 def _float(value: str | None) -> float | None:
     try:
         return None if value is None else float(value)
@@ -121,10 +127,15 @@ class ProxyUpstream:
         connect_timeout: float = 10.0,
         idle_timeout: float = 300.0,
         client: httpx.AsyncClient | None = None,
+        caching: str | None = None,
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # How the group's backend caches prompts: the setting's, else learned from the gateway on
+        # the first request.
+        self._caching = _style(caching)
+        self._learn = caching is None
         self._idle = idle_timeout
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
         # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
@@ -132,6 +143,10 @@ class ProxyUpstream:
         self._client = client or httpx.AsyncClient(timeout=timeout, transport=AiohttpTransport(max_connections=256))
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
+        if self._learn:
+            self._learn = False
+            self._caching = await self._backend_caching()
+        body = prepared(body, self._caching, tagging.session_id)
         request = self._client.build_request(
             "POST", self.url, json={**body, **tagging.proxy_body}, headers={**headers, **tagging.headers, **self._auth}
         )
@@ -149,6 +164,21 @@ class ProxyUpstream:
             response=response,
         )
 
+    async def _backend_caching(self) -> CacheStyle | None:
+        """How the group's deployments cache prompts, from the gateway's model info for the key
+        (each deployment's litellm model string): one style when all agree, else None."""
+        try:
+            response = await self._client.get(self.url.removesuffix("/v1/chat/completions") + "/v1/model/info",
+                                              headers=self._auth)
+            entries = response.json().get("data") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        models = {str(entry["litellm_params"].get("model")) for entry in entries or ()
+                  if isinstance(entry, dict) and entry.get("model_name") == self.model
+                  and isinstance(entry.get("litellm_params"), dict)}
+        styles = {cache_style(model) for model in models}
+        return styles.pop() if len(styles) == 1 else None
+
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
             async for chunk in response.aiter_bytes():  # decoded by the transport: as they came
@@ -163,17 +193,19 @@ class ProxyUpstream:
 class SdkUpstream:
     """Any LiteLLM provider, called in-process through `litellm.acompletion`."""
 
-    def __init__(self, model: str, api_base: str | None, api_key: str | None, *, idle_timeout: float = 300.0) -> None:
+    def __init__(self, model: str, api_base: str | None, api_key: str | None, *, idle_timeout: float = 300.0,
+                 caching: str | None = None) -> None:
         self.model = model
         self._idle = idle_timeout
+        self._caching = cache_style(model) if caching is None else _style(caching)
         self._credentials = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}
         self._max_output: int | None | bool = False  # False: not looked up yet
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         litellm = _litellm.load()
         # max_retries=0: the endpoint's RetryPolicy is the one retry layer, and it is recorded.
-        kwargs = {**body, "model": self.model, "metadata": tagging.sdk_metadata(), "drop_params": True,
-                  "max_retries": 0}
+        kwargs = {**prepared(body, self._caching, tagging.session_id), "model": self.model,
+                  "metadata": tagging.sdk_metadata(), "drop_params": True, "max_retries": 0}
         kwargs.update(self._credentials)
         self._clamp_max_tokens(litellm, kwargs)
         try:
@@ -270,7 +302,9 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
 
 def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
+    caching = settings.caching_for(model)
     if model.startswith(GATEWAY_PREFIX):
         return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
-                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout)
-    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout)
+                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout,
+                             caching=caching)
+    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout, caching=caching)

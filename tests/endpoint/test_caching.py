@@ -1,0 +1,81 @@
+"""Prompt caching whatever a model group is called: a Claude backend gets cache markers where
+OpenCode would put them, an OpenAI one a cache key, any other neither (endpoint/caching.py)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from opencode_gateway.endpoint.caching import cache_style, prepared
+from opencode_gateway.endpoint.tagging import Tagging
+from opencode_gateway.endpoint.upstream import ProxyUpstream
+
+GATEWAY = "http://gateway.test"
+OPENCODE_BODY = {"model": "m", "stream": True, "messages": [
+    {"role": "system", "content": "You are OpenCode..."}, {"role": "user", "content": "Fix the test"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                        "function": {"name": "bash", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}]}
+
+
+@pytest.mark.parametrize(("model", "style"), [
+    ("anthropic/claude-sonnet-4-5", "markers"), ("claude-3-5-haiku-latest", "markers"),
+    ("bedrock/us.anthropic.claude-sonnet-4-5-v1:0", "markers"), ("vertex_ai/claude-opus-4", "markers"),
+    ("openrouter/anthropic/claude-sonnet-4.5", "markers"), ("openai/gpt-4o-mini", "cache_key"),
+    ("gpt-4.1", "cache_key"), ("azure/my-deployment", "cache_key"), ("gemini/gemini-2.5-pro", None),
+    ("deepseek/deepseek-chat", None), ("openrouter/openai/gpt-4o", None), ("bedrock/amazon.nova-pro-v1:0", None),
+])
+def test_the_backend_is_known_from_the_litellm_model_string(model: str, style: str | None) -> None:
+    assert cache_style(model) == style
+
+
+def test_a_claude_prompt_is_marked_where_opencode_marks_it_unless_it_is_marked_already() -> None:
+    marked = prepared(OPENCODE_BODY, "markers", "run_1")
+    assert marked["cache_control_injection_points"] == [  # the first system message, the last two others
+        {"location": "message", "index": 0}, {"location": "message", "index": 2}, {"location": "message", "index": 3}]
+    by_opencode = {**OPENCODE_BODY, "messages": [{**OPENCODE_BODY["messages"][0], "cache_control": {"type": "ephemeral"}},  # type: ignore[index, dict-item]
+                                                 *OPENCODE_BODY["messages"][1:]]}  # type: ignore[index]
+    assert prepared(by_opencode, "markers", "run_1") == by_opencode
+    assert prepared(OPENCODE_BODY, "cache_key", "run_1")["prompt_cache_key"] == "run_1"
+    assert prepared(OPENCODE_BODY, None, "run_1") == OPENCODE_BODY
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("backend", "added", "absent"), [
+    ("anthropic/claude-sonnet-4-5", "cache_control_injection_points", "prompt_cache_key"),
+    ("openai/gpt-4o", "prompt_cache_key", "cache_control_injection_points"),
+    ("gemini/gemini-2.5-pro", None, "cache_control_injection_points"),
+])
+@respx.mock(using="httpx")
+async def test_a_gateway_groups_backend_is_learned_from_the_gateway_once(
+    respx_mock: respx.MockRouter, backend: str, added: str | None, absent: str
+) -> None:
+    gateway = respx_mock
+    info = gateway.get(f"{GATEWAY}/v1/model/info").respond(200, json={"data": [
+        {"model_name": "team-coder", "litellm_params": {"model": backend}},
+        {"model_name": "other", "litellm_params": {"model": "openai/gpt-4o"}}]})
+    chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
+    upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual")
+    for _ in range(2):
+        reply = await upstream.send(OPENCODE_BODY, {}, Tagging(session_id="run_1"))
+        await reply.aclose()
+    await upstream.aclose()
+    sent = [json.loads(call.request.content) for call in chat.calls]
+    assert info.call_count == 1 and len(sent) == 2
+    assert all(absent not in body and (added is None or added in body) for body in sent)
+
+
+@pytest.mark.anyio
+@respx.mock(using="httpx")
+async def test_the_setting_forces_markers_or_nothing(respx_mock: respx.MockRouter) -> None:
+    gateway = respx_mock
+    chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
+    for setting, expected in (("markers", True), ("off", False)):
+        upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual", caching=setting)
+        await (await upstream.send(OPENCODE_BODY, {}, Tagging())).aclose()
+        await upstream.aclose()
+        assert ("cache_control_injection_points" in json.loads(chat.calls[-1].request.content)) is expected
+    assert not any(call.request.url.path.endswith("/model/info") for call in gateway.calls)

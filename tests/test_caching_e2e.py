@@ -1,0 +1,58 @@
+"""Prompt caching through the real LiteLLM proxy: a Claude group gets OpenCode's cache markers at
+the provider whatever it is called, and an OpenAI group none. The scripted server speaks
+Anthropic's Messages API behind litellm's own anthropic adapter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litellm_proxy import LiteLLMProxy
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
+
+from opencode_gateway import run
+from opencode_gateway.settings import Settings
+from tests.gateway_proxy import new_key
+
+pytestmark = pytest.mark.e2e
+
+
+def _marked_blocks(body: dict[str, Any]) -> tuple[bool, list[int]]:
+    """Whether Anthropic's system blocks carry a marker, and which messages do."""
+    system = body.get("system")
+    system_marked = isinstance(system, list) and any("cache_control" in block for block in system)
+    marked = [i for i, message in enumerate(body["messages"]) if isinstance(message.get("content"), list)
+              and any("cache_control" in part for part in message["content"])]
+    return system_marked, marked
+
+
+@pytest.mark.parametrize("group", ["team-coder", "claude-coder"])
+def test_a_claude_group_gets_opencodes_cache_markers_whatever_it_is_called(
+    group: str, proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "greet"})],
+              usage=anthropic_usage(2000, 40, cache_write=1500)),
+        Reply(text="Done.", usage=anthropic_usage(300, 10, cache_read=1500)))
+    result = run("Say hi with bash", model=f"litellm_proxy/{group}", api_base=proxy.url,
+                 api_key=new_key(proxy, models=[group]), workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    calls = [r for r in upstream.requests if r["path"] == "/v1/messages"]
+    assert len(calls) == 2
+    for call in calls:
+        system_marked, marked = _marked_blocks(call["body"])
+        assert system_marked and marked, json.dumps(call["body"])[:2000]  # where OpenCode marks a Claude prompt
+    assert result.usage.cache_read_tokens == 1500 and result.usage.cache_write_tokens == 1500
+
+
+def test_an_openai_group_gets_a_cache_key_and_no_markers(
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(Reply(text="Done.", usage=usage(1000, 10)))
+    result = run("Say done", model="litellm_proxy/team-a", api_base=proxy.url,
+                 api_key=new_key(proxy, models=["team-a"]), workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    [call] = upstream.requests
+    assert "cache_control" not in json.dumps(call["body"]) and call["body"].get("prompt_cache_key") == result.run_id
