@@ -56,3 +56,17 @@ def test_an_openai_group_gets_a_cache_key_and_no_markers(
     assert result.stop_reason == "done", result.error
     [call] = upstream.requests
     assert "cache_control" not in json.dumps(call["body"]) and call["body"].get("prompt_cache_key") == result.run_id
+
+
+def test_without_the_endpoints_markers_a_team_named_claude_group_has_none(
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    """What the markers above are the endpoint's doing: with `prompt_caching: off`, OpenCode alone
+    marks nothing on a group whose name lacks "claude" (the 4.4x session)."""
+    upstream.script(Reply(text="Done.", usage=anthropic_usage(2000, 10)))
+    result = run("Say done", model="litellm_proxy/team-coder", api_base=proxy.url,
+                 api_key=new_key(proxy, models=["team-coder"]), workdir=workdir,
+                 settings=settings.replace(prompt_caching={"team-coder": "off"}))
+    assert result.stop_reason == "done", result.error
+    [call] = [r for r in upstream.requests if r["path"] == "/v1/messages"]
+    assert _marked_blocks(call["body"]) == (False, [])
