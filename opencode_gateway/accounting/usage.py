@@ -180,7 +180,9 @@ class StreamUsageReader:
             return
         if not isinstance(event, dict):
             return
-        if self.model is None and isinstance(event.get("model"), str):
+        if self.model is None and isinstance(event.get("model"), str) and event["model"]:
+            # The first chunk that names it: Azure's first chunk (its prompt filter's results)
+            # names no model.
             self.model = event["model"]
             self.response_id = event.get("id") if isinstance(event.get("id"), str) else None
         if self._collect or self._on_text is not None or self._keep_answer:

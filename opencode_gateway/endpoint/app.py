@@ -363,7 +363,7 @@ class _Call:
         except ValueError:
             data = None
         body = data if isinstance(data, dict) else {}
-        model = body.get("model") if isinstance(body.get("model"), str) else None
+        model = body.get("model") if isinstance(body.get("model"), str) and body["model"] else None
         reported = usage_from_body(data)
         usage, estimated = self.usage_or_estimate(reported, json.dumps(body.get("choices", "")))
         self.record(reply.status_code, usage, self.price(reply, usage, model), model, usage_missing=reported is None,

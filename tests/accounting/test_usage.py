@@ -100,3 +100,11 @@ def test_text_and_reasoning_pieces_are_passed_on_in_order_whatever_the_split(cut
     reader.close()
     assert pieces == [("reasoning", "Hmm. "), ("text", "Hel"), ("text", "lo")]
     assert reader.usage is not None and reader.usage.input_tokens == 100
+
+
+def test_the_model_that_answered_is_the_first_one_named_azures_filter_chunk_names_none() -> None:
+    """Azure OpenAI's stream starts with its prompt filter's results, naming no model."""
+    prompt_filter = {"id": "", "model": "", "choices": [], "prompt_filter_results": [{"prompt_index": 0}]}
+    reader = StreamUsageReader()
+    reader.feed(sse(prompt_filter, chunk("hi", model="gpt-4o-2024-11-20"), chunk("!", model="gpt-4o-2024-11-20")))
+    assert reader.model == "gpt-4o-2024-11-20"
