@@ -103,7 +103,19 @@ def litellm_price(model: str, usage: Usage) -> float | None:
         prompt_cost, completion_cost = litellm.cost_per_token(model=model, usage_object=usage_object)
     except Exception:  # litellm raises a bare Exception for a model missing from its map
         return None
-    return float(prompt_cost) + float(completion_cost)
+    usd = float(prompt_cost) + float(completion_cost)
+    if usd == 0 and (usage.input_tokens or usage.output_tokens) and not _free(litellm, model):
+        return None  # litellm's 0 for tokens of a model it has no price for: unpriced, never a silent $0
+    return usd
+
+
+def _free(litellm: Any, model: str) -> bool:
+    """Whether LiteLLM's map prices `model` at 0 on purpose (a local or free model)."""
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # not in the map
+        return False
+    return bool(info.get("input_cost_per_token") == 0 and info.get("output_cost_per_token") == 0)
 
 
 class Pricer:

@@ -212,9 +212,12 @@ class SdkUpstream:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # every provider failure must reach OpenCode as a well-formed error
             return UpstreamReply.error(*self._explained(litellm, exc))
+        # A usage's `cost` is litellm's own estimate, but for OpenRouter: it reports what it charged
+        # there, and litellm passes it on (its map prices no OpenRouter model).
+        reports = self.model.startswith("openrouter/")
         if kwargs.get("stream"):
-            return UpstreamReply(200, SSE, _sse(response, self._idle), reports_cost=False)
-        return UpstreamReply(200, JSON, _one(response.model_dump_json().encode()), reports_cost=False)
+            return UpstreamReply(200, SSE, _sse(response, self._idle), reports_cost=reports)
+        return UpstreamReply(200, JSON, _one(response.model_dump_json().encode()), reports_cost=reports)
 
     def _clamp_max_tokens(self, litellm: Any, kwargs: dict[str, Any]) -> None:
         """OpenCode asks for 32000 output tokens; models that allow fewer reject the request."""

@@ -139,3 +139,15 @@ def test_the_first_known_model_is_priced() -> None:
 
 def test_an_unknown_model_is_unpriced_not_free() -> None:
     assert Pricer().price(Usage(input_tokens=1000, output_tokens=100), ["self-hosted-qwen"]) == Cost(None, "unpriced")
+
+
+def test_no_provider_litellm_knows_books_tokens_at_a_silent_zero() -> None:
+    """For every provider prefix litellm knows, a model its map has no price for is unpriced
+    (flagged), never $0; a model the map prices at 0 on purpose (a local one) stays free."""
+    litellm = _litellm.load()
+    usage = Usage(input_tokens=1000, output_tokens=50)
+    for provider in litellm.provider_list:
+        cost = Pricer().price(usage, [f"{provider}/opencode-gateway-unknown-model"])
+        assert cost.usd is None or cost.usd > 0, (provider, cost)
+        assert (cost.source == "unpriced") is (cost.usd is None)
+    assert Pricer().price(usage, ["ollama/llama3"]) == Cost(0.0, "litellm", "ollama/llama3")
