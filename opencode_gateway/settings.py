@@ -101,8 +101,7 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     pricing: Mapping[str, Price] = field(default_factory=_frozen)
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
-    # Per model or group: how its backend caches prompts, "markers", "key" or "off" (endpoint/caching.py);
-    # not set: known from the model string, or from the gateway's model info for a group.
+    # Per model or group: how its backend caches prompts, "markers", "key" or "off" (endpoint/caching.py)
     prompt_caching: Mapping[str, str] = field(default_factory=_frozen)
     tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
     max_cost: float | None = None  # USD per run
@@ -152,12 +151,6 @@ class Settings:
         run with `metadata`, each with the run's value of its key."""
         return [(cap, str(metadata[cap.key])) for cap in self.budgets.values()
                 if isinstance(cap, PeriodBudget) and cap.key in metadata]
-
-    def caching_for(self, model: str) -> str | None:
-        """The `prompt_caching` setting of a model or its group: "markers", "cache_key", "off", or
-        None (not set)."""
-        setting = self.prompt_caching.get(model) or self.prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
-        return {"markers": "markers", "key": "cache_key", "off": "off"}.get(setting) if setting else None
 
     @property
     def ledger_path(self) -> Path:

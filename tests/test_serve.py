@@ -26,6 +26,9 @@ from opencode_gateway.settings import Settings
 pytestmark = pytest.mark.anyio
 GATEWAY = "http://gateway.test"
 TOKEN = "serve-token"
+# These tests are about routing and attribution: the groups' prompt caching is set, not asked of
+# the gateway (endpoint/caching.py has its own tests).
+NO_CACHING = {"team-a": "off", "team-small": "off"}
 
 
 def stream_body(prompt: int, completion: int, cost: float) -> bytes:
@@ -38,7 +41,7 @@ def stream_body(prompt: int, completion: int, cost: float) -> bytes:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, tags=("team",),
-                    metadata={"team": "platform"})
+                    metadata={"team": "platform"}, prompt_caching=NO_CACHING)
 
 
 @pytest.fixture
@@ -205,7 +208,8 @@ async def test_a_launchs_budget_covers_all_its_sessions_whatever_they_are_called
         gateway: respx.MockRouter, tmp_path: Path) -> None:
     """A session is whatever a request's x-session-id says: a fresh id per request must not be a
     fresh budget (12 calls got through a limit of 3 that way)."""
-    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1)
+    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1,
+                        prompt_caching=NO_CACHING)
     gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
     ledger = Ledger(settings.ledger_path)
@@ -243,7 +247,7 @@ async def test_a_launch_names_its_model(client: httpx.AsyncClient) -> None:
 
 async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
         gateway: respx.MockRouter, tmp_path: Path) -> None:
-    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path).replace(
+    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, prompt_caching=NO_CACHING).replace(
         budgets={"ticket": {"per": "day", "max_cost": 0.00015}})
     gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
         200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))

@@ -33,6 +33,20 @@ _UNUSED_SUFFIXES = ("_batches", "_priority", "_flex")
 _UNUSED = frozenset({"search_context_cost_per_query", "cache_creation_input_token_cost_above_1hr"})
 _PRICED = frozenset({"input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
                      "cache_creation_input_token_cost", "output_cost_per_reasoning_token"})
+# What an entry may say besides its prices and still be priced here: what the model supports, its
+# limits, where it comes from, and the uplifts of regional and FedRAMP endpoints, which litellm
+# applies only when told the request went to one (litellm 1.108 to 1.110; the newest is tested by
+# scripts/test). A field not known here (a new multiplier, a new kind of price) leaves the entry to
+# litellm: it is priced right, if slower, never mispriced.
+_DESCRIPTIVE_PREFIXES = ("supports_", "supported_", "max_", "token_count_", "gemini_", "bedrock_",
+                         "regional_endpoint_", "regional_processing_", "reasoning_", "deprecation_")
+_DESCRIPTIVE = frozenset({
+    "alias_of", "audio_transcription_config", "comment", "default_reasoning_effort", "fedramp_uplift_multiplier",
+    "litellm_provider", "metadata", "mode", "output_vector_size", "prompt_cache_min_tokens",
+    "provider_specific_entry", "rpm", "rules", "search_free_requests", "source", "successor_model",
+    "thinking_always_on", "thinking_on_by_default", "tpm", "use_openai_responses_path", "uses_embed_content",
+    "vertex_ai_audio_api", "web_search_billing_unit",
+})
 # The usage fields priced here; any other with a non-zero count sends the request to litellm.
 _USAGE_FIELDS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "cost", "cache_read_input_tokens",
                            "cache_creation_input_tokens", "prompt_tokens_details", "completion_tokens_details"})
@@ -87,6 +101,9 @@ def _plain(entry: Mapping[str, Any]) -> bool:
         elif ("cost" in key or "pric" in key or "tier" in key) and key not in _UNUSED \
                 and not key.endswith(_UNUSED_SUFFIXES):
             return False
+        elif key not in _DESCRIPTIVE and key not in _UNUSED and not key.startswith(_DESCRIPTIVE_PREFIXES) \
+                and not key.endswith(_UNUSED_SUFFIXES):
+            return False  # a field this reader does not know: litellm's to price
     return "input_cost_per_token" in entry and "output_cost_per_token" in entry
 
 

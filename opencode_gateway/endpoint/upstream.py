@@ -305,7 +305,9 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
 
 def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    caching = settings.caching_for(model)
+    prompt_caching = settings.prompt_caching
+    setting = prompt_caching.get(model) or prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
+    caching = {"markers": "markers", "key": "cache_key", "off": "off"}.get(setting or "")  # not set: learned
     if model.startswith(GATEWAY_PREFIX):
         return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
                              connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opencode_gateway import _litellm
-from opencode_gateway.accounting.price_map import PROVIDERS, entry_cost, map_price, price_map
+from opencode_gateway.accounting.price_map import PROVIDERS, entry_cost, map_price, price_map, _plain
 from opencode_gateway.accounting.usage import Usage
 
 litellm = _litellm.load()
@@ -135,3 +135,13 @@ def test_told_to_fetch_its_map_litellm_is_asked(monkeypatch: pytest.MonkeyPatch)
     finally:
         monkeypatch.undo()
         price_map.cache_clear()
+
+
+def test_an_entry_with_a_field_it_does_not_know_is_left_to_litellm() -> None:
+    """A field this reader does not know may change the price (as `fedramp_uplift_multiplier`,
+    new in litellm 1.110, does for a FedRAMP endpoint), so the entry is litellm's to price (right, if
+    slower), never priced here."""
+    plain = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6, "litellm_provider": "openai",
+             "mode": "chat", "max_tokens": 8192, "supports_vision": True}
+    assert _plain(plain)
+    assert not _plain({**plain, "sovereign_uplift_multiplier": 1.2})

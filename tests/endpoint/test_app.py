@@ -39,7 +39,7 @@ def records() -> list[RequestRecord]:
 
 @pytest.fixture
 async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClient]:
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     tagging = Tagging(("team-a",), {"ticket": "ENG-412"})
     account = RunAccount(on_record=records.append)
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, tagging, account),
@@ -184,7 +184,7 @@ def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
 async def test_a_budget_error_is_not_retried(gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
     route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
         429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
@@ -198,7 +198,7 @@ async def test_a_429_is_retried_honouring_retry_after(gateway: respx.MockRouter,
         httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
         httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
     ])
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
@@ -221,7 +221,7 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
         await passed.wait()
         return None
 
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
                                                    RunAccount(on_record=records.append)), checked=checked)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
@@ -238,7 +238,7 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
     async def checked() -> str | None:
         return "the key may not use model group 'coder'"
 
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY)
+    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
                                                    RunAccount(on_record=records.append)), checked=checked)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:

@@ -11,7 +11,8 @@ import respx
 
 from opencode_gateway.endpoint.caching import cache_style, prepared
 from opencode_gateway.endpoint.tagging import Tagging
-from opencode_gateway.endpoint.upstream import ProxyUpstream
+from opencode_gateway.endpoint.upstream import ProxyUpstream, upstream_for
+from opencode_gateway.settings import Settings
 
 GATEWAY = "http://gateway.test"
 OPENCODE_BODY = {"model": "m", "stream": True, "messages": [
@@ -79,3 +80,10 @@ async def test_the_setting_forces_markers_or_nothing(respx_mock: respx.MockRoute
         await upstream.aclose()
         assert ("cache_control_injection_points" in json.loads(chat.calls[-1].request.content)) is expected
     assert not any(call.request.url.path.endswith("/model/info") for call in gateway.calls)
+
+
+def test_the_setting_names_a_model_or_its_group() -> None:
+    settings = Settings(api_base=GATEWAY, prompt_caching={"team-coder": "markers", "openai/gpt-4o": "off"})
+    assert upstream_for(settings, "litellm_proxy/team-coder")._caching == "markers"  # type: ignore[union-attr]
+    assert upstream_for(settings, "openai/gpt-4o")._caching is None  # type: ignore[union-attr]
+    assert upstream_for(settings, "openai/gpt-4o-mini")._caching == "cache_key"  # type: ignore[union-attr]

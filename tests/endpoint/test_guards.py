@@ -35,7 +35,7 @@ def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRec
     account = RunAccount(extra.pop("budget", None), on_record=sink.append)
     for earlier in extra.pop("earlier", ()):
         account.add(earlier)
-    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk"), Tagging(), account)
+    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk", caching="off"), Tagging(), account)
     return Endpoint(token=TOKEN, target=target, **extra)
 
 
