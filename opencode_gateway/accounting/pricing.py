@@ -14,10 +14,10 @@ from typing import Any
 
 from .. import _litellm
 from ..errors import SettingsError
-from .price_map import map_price
+from .price_map import map_price, price_map
 from .usage import Usage
 
-__all__ = ["Cost", "Price", "Pricer", "litellm_price"]
+__all__ = ["Cost", "Price", "Pricer", "litellm_price", "per_million"]
 
 # Setting name -> (Price field, divisor). LiteLLM's own per-token names, and per-million ones.
 _PRICE_KEYS: Mapping[str, tuple[str, float]] = {
@@ -116,6 +116,25 @@ def _free(litellm: Any, model: str) -> bool:
     except Exception:  # not in the map
         return False
     return bool(info.get("input_cost_per_token") == 0 and info.get("output_cost_per_token") == 0)
+
+
+def per_million(model: str, prices: Mapping[str, Price]) -> dict[str, float] | None:
+    """The model's prices in OpenCode's `cost` shape (USD per million tokens: input, output,
+    cache_read, cache_write), from the settings or LiteLLM's bundled map; None when neither has a
+    plain per-token price (a gateway group's price is the gateway's). OpenCode then shows what a
+    session costs as the ledger does (OpenCode prices reasoning as output, and its openai-compatible
+    provider counts cache writes as input: where those are priced otherwise, its figure is close)."""
+    price = prices.get(model) or prices.get(model.removeprefix("litellm_proxy/"))
+    if price is None:
+        entries = price_map()
+        entry = None if entries is None else entries.get(model.removeprefix("litellm_proxy/"))
+        if entry is None:
+            return None
+        price = Price(entry["input_cost_per_token"], entry["output_cost_per_token"],
+                      entry.get("cache_read_input_token_cost"), entry.get("cache_creation_input_token_cost"))
+    return {"input": price.input * 1e6, "output": price.output * 1e6,
+            "cache_read": (price.input if price.cache_read is None else price.cache_read) * 1e6,
+            "cache_write": (price.input if price.cache_write is None else price.cache_write) * 1e6}
 
 
 class Pricer:

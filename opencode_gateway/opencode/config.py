@@ -168,11 +168,15 @@ def build_config(
     instructions: Sequence[str] = (),
     readable_dirs: Sequence[str] = (),
     mcp: Mapping[str, Any] | None = None,
+    costs: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
     reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
     to the system prompt, after any the user's config lists. `small_model` takes OpenCode's
-    background calls (titles, summaries); the run's model takes them without it."""
+    background calls (titles, summaries); the run's model takes them without it. `costs`: a
+    model's prices where known (USD per million tokens), so OpenCode's own displays show what the
+    ledger says."""
+    costs = costs or {}
     user_config = user_config or {}
     check_user_config(user_config)
     managed = {
@@ -181,7 +185,8 @@ def build_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
                 "options": {"baseURL": base_url, "apiKey": api_key_ref},
-                "models": {name: {"name": name} for name in dict.fromkeys((model, small_model or model))},
+                "models": {name: {"name": name, **({"cost": dict(costs[name])} if name in costs else {})}
+                           for name in dict.fromkeys((model, small_model or model))},
             }
         },
         "enabled_providers": [PROVIDER_ID],

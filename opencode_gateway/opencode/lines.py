@@ -101,6 +101,7 @@ class StepFinish(Event):
     type: ClassVar[str] = "step_finish"
     reason: str = ""
     tokens: Mapping[str, Any] = field(default_factory=dict)
+    cost: float | None = None  # OpenCode's own figure, from the prices the config gave it (0 without)
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,9 @@ def parse_line(line: str | bytes) -> list[Event]:
         return _tool_events(session_id, part)
     if kind == "step_finish":
         tokens = dict(_mapping(part.get("tokens")))
-        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=tokens)]
+        cost = part.get("cost")
+        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=tokens,
+                           cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None)]
     if kind == "error":
         return [_error_event(session_id, raw.get("error"))]
     return []

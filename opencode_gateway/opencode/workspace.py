@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..accounting.pricing import per_million
 from ..settings import RunSettings
 from . import config as oc_config
 from .gitguard import GitControl
@@ -67,7 +68,8 @@ class Workspace:
             small_model=settings.small_model,
             permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
             user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
-            mcp=settings.mcp,
+            mcp=settings.mcp, costs={model: cost for model in filter(None, (settings.model, settings.small_model))
+                                     if (cost := per_million(model, settings.pricing)) is not None},
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway import _litellm
-from opencode_gateway.accounting.pricing import Cost, Price, Pricer
+from opencode_gateway.accounting.pricing import Cost, Price, Pricer, per_million
 from opencode_gateway.accounting.usage import StreamUsageReader, Usage
 from opencode_gateway.errors import SettingsError
 
@@ -151,3 +151,14 @@ def test_no_provider_litellm_knows_books_tokens_at_a_silent_zero() -> None:
         assert cost.usd is None or cost.usd > 0, (provider, cost)
         assert (cost.source == "unpriced") is (cost.usd is None)
     assert Pricer().price(usage, ["ollama/llama3"]) == Cost(0.0, "litellm", "ollama/llama3")
+
+
+def test_opencode_is_given_the_prices_the_ledger_uses_where_they_are_known() -> None:
+    mini = _litellm.load().model_cost["gpt-4o-mini"]
+    assert per_million("openai/gpt-4o-mini", {}) == pytest.approx({
+        "input": mini["input_cost_per_token"] * 1e6, "output": mini["output_cost_per_token"] * 1e6,
+        "cache_read": mini["cache_read_input_token_cost"] * 1e6, "cache_write": mini["input_cost_per_token"] * 1e6})
+    configured = {"team-coder": Price(input=3e-6, output=15e-6, cache_read=3e-7)}
+    assert per_million("litellm_proxy/team-coder", configured) == pytest.approx(
+        {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.0})
+    assert per_million("litellm_proxy/team-a", {}) is None  # a gateway group's price is the gateway's
