@@ -108,6 +108,7 @@ class ScriptedUpstream:
             Route("/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/openai/deployments/{deployment}/chat/completions", self._azure, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
 
@@ -199,6 +200,23 @@ class ScriptedUpstream:
             if not finished:
                 self.abandoned += 1
 
+    async def _azure(self, request: Request) -> Response:
+        """Azure OpenAI's chat completions: the body names no model (the deployment is in the
+        path), and a stream starts with the prompt filter's results, in a chunk that names none."""
+        body = await request.json()
+        self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
+        reply = self._next_reply(body)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        filters = {"id": "", "object": "", "created": 0, "model": "", "choices": [],
+                   "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"data: " + json.dumps(filters).encode() + b"\n\n"
+            async for chunk in _stream(AZURE_MODEL, reply, include_usage):
+                yield chunk
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
     async def _messages(self, request: Request) -> Response:
         """Anthropic's Messages API, streamed as Anthropic streams it (reply.usage in its spelling)."""
         body = await request.json()
@@ -209,6 +227,9 @@ class ScriptedUpstream:
             return JSONResponse(error, status_code=reply.status)
         return StreamingResponse(_anthropic_stream(str(body.get("model", "claude")), reply),
                                  media_type="text/event-stream")
+
+
+AZURE_MODEL = "gpt-4o-2024-11-20"  # the model an Azure deployment answers as
 
 
 def _completion(model: str, reply: Reply) -> dict[str, Any]:

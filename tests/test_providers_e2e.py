@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
-from opencode_gateway import run
+from opencode_gateway import _litellm, run
 from opencode_gateway.opencode.lines import StepFinish
 from opencode_gateway.settings import Settings
 
@@ -39,3 +39,55 @@ def test_opencode_shows_the_cost_the_ledger_books(upstream: ScriptedUpstream, wo
     assert result.stop_reason == "done", result.error
     shown = sum(e.cost or 0.0 for e in result.events if isinstance(e, StepFinish))
     assert result.cost is not None and shown == pytest.approx(result.cost, rel=1e-9)
+
+
+def test_anthropic_native_cache_writes_and_reads_are_priced_exactly(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    """Anthropic's Messages API, streamed as Anthropic streams it, behind litellm's anthropic adapter."""
+    upstream.script(Reply(text="Done.", usage=anthropic_usage(1000, 50, cache_read=4000, cache_write=2000)))
+    result = run("Say done", model="anthropic/claude-sonnet-4-5", api_base=upstream.url.removesuffix("/v1"),
+                 api_key="sk-ant-test", workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    assert [r["path"] for r in upstream.requests] == ["/v1/messages"]
+    [request] = result.requests
+    usage = request.usage
+    assert usage is not None
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens) == (
+        7000, 4000, 2000, 50)  # every prompt token counted, the cache's among them
+    expected = 1000 * 3e-06 + 4000 * 3e-07 + 2000 * 3.75e-06 + 50 * 1.5e-05  # LiteLLM's map, claude-sonnet-4-5
+    assert request.cost.usd == pytest.approx(expected, rel=1e-12) and request.cost.source == "litellm"
+
+
+def test_deepseek_cache_hits_are_priced_exactly(upstream: ScriptedUpstream, workdir: Path,
+                                               settings: Settings) -> None:
+    """DeepSeek reports its cache in fields of its own (prompt_cache_hit_tokens) beside OpenAI's."""
+    deepseek_usage = {"prompt_tokens": 5000, "completion_tokens": 100, "total_tokens": 5100,
+                      "prompt_cache_hit_tokens": 4000, "prompt_cache_miss_tokens": 1000,
+                      "prompt_tokens_details": {"cached_tokens": 4000}}
+    upstream.script(Reply(text="Done.", usage=deepseek_usage))
+    result = run("Say done", model="deepseek/deepseek-chat", api_base=upstream.url, api_key="sk-ds-test",
+                 workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    [request] = result.requests
+    assert request.usage is not None and request.usage.cache_read_tokens == 4000
+    expected = 1000 * 2.8e-07 + 4000 * 2.8e-08 + 100 * 4.2e-07  # LiteLLM's map, deepseek/deepseek-chat
+    assert request.cost.usd == pytest.approx(expected, rel=1e-12)
+
+
+def test_azure_records_the_model_that_answered_and_prices_it(upstream: ScriptedUpstream, workdir: Path,
+                                                            settings: Settings) -> None:
+    """Azure OpenAI: a deployment in the path, and a first chunk (the prompt filter's) naming no
+    model; the record said '' before. The deployment's name prices nothing: the model that
+    answered does."""
+    upstream.script(Reply(text="Done.", usage=usage(1000, 50, cached=400)))
+    result = run("Say done", model="azure/my-deployment", api_base=upstream.url.removesuffix("/v1"),
+                 api_key="sk-azure-test", workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    assert upstream.requests[0]["path"] == "/openai/deployments/my-deployment/chat/completions"
+    [request] = result.requests
+    assert request.upstream_model == "gpt-4o-2024-11-20"
+    prices = _litellm.load().model_cost["azure/gpt-4o-2024-11-20"]
+    expected = (600 * prices["input_cost_per_token"] + 400 * prices["cache_read_input_token_cost"]
+                + 50 * prices["output_cost_per_token"])
+    assert request.cost.usd == pytest.approx(expected, rel=1e-12)
