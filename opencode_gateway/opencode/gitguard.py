@@ -112,10 +112,11 @@ class GitControl:
                     "before you run git here"]
         changed = sorted(relative for relative in {*self.files, *now.files}
                          if self.files.get(relative) != now.files.get(relative))
+        unsafe = [relative for relative in changed if not _reached_directly(self.workdir / relative)]
         for relative in changed:
             path = self.workdir / relative
-            if path.is_dir() and not path.is_symlink():
-                continue  # a folder where a control file was: left, its file is what git reads
+            if relative in unsafe or (path.is_dir() and not path.is_symlink()):
+                continue  # behind a symlink the run made (it may point anywhere), or a folder: not touched
             path.unlink(missing_ok=True)
             if relative in self.files:
                 content, mode = self.files[relative]
@@ -126,7 +127,15 @@ class GitControl:
                                          stat.S_IMODE(mode))
                     with os.fdopen(descriptor, "wb") as out:
                         out.write(content)
-        if not changed:
-            return []
-        return [f"the run changed files git runs or reads its settings from ({', '.join(changed)}): they were "
-                "put back as they were before the run"]
+        warnings = [f"the run changed files git runs or reads its settings from ({', '.join(changed)}): they were "
+                    "put back as they were before the run"] if set(changed) - set(unsafe) else []
+        if unsafe:
+            warnings.append(f"the run put a symlink where git's folders were ({', '.join(unsafe)} lie behind it): "
+                            "nothing was written through it; check .git before you run git here")
+        return warnings
+
+
+def _reached_directly(path: Path) -> bool:
+    """Whether no folder on the way to `path` is a symlink (the workdir's own path is resolved):
+    restoring a file must never write through one the agent made, to a file outside the workdir."""
+    return os.path.realpath(path.parent) == str(path.parent)

@@ -93,3 +93,21 @@ def test_a_launch_puts_gits_control_files_back_when_opencode_exits(
     assert (workdir / "evil").is_dir()  # the agent's script ran
     assert not (workdir / ".git" / "commondir").exists()
     assert "put back as they were before the run" in launched.stderr
+
+
+def test_restoring_gits_files_never_writes_through_a_symlink_the_agent_made(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, tmp_path: Path
+) -> None:
+    """The agent moves a linked worktree's git dir away and puts a symlink to a folder of the
+    user's in its place: putting back its `commondir` must not overwrite the user's file there."""
+    subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
+    (workdir / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (workdir / ".git" / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    elsewhere = tmp_path / "users-folder"
+    elsewhere.mkdir()
+    (elsewhere / "commondir").write_text("the user's own file\n")
+    script = f"mv .git/worktrees/wt .git/worktrees/moved && ln -s {elsewhere} .git/worktrees/wt && echo done"
+    warnings = _run(upstream, workdir, settings, script)
+    assert (workdir / "planted.out").read_text().strip() == "done"  # the swap happened inside
+    assert (elsewhere / "commondir").read_text() == "the user's own file\n"
+    assert any("nothing was written through it" in warning for warning in warnings), warnings
