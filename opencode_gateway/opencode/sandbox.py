@@ -181,7 +181,7 @@ class Sandbox:
             elif os.path.isdir(folder):
                 command += ["--ro-bind", folder, folder]
         for path in root_only_files():
-            command += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+            command += _hide_whole(path)
         command += ["--dev", "/dev", "--proc", "/proc"]
         for folder in EMPTY_DIRS:
             command += ["--tmpfs", folder]
@@ -197,11 +197,12 @@ class Sandbox:
                 **{path: "--bind" for path in writable[len(self.writable):]}}
         for secret in self.secrets:
             command += _hiding(secret, keep, shown_folders)
-        project = workdir / ".opencode"
-        if project.is_dir() and not project.is_symlink():
-            # The repository's OpenCode folder: project config is off, but OpenCode still imports
-            # its plugins' code, and an agent (this run's or an earlier one's) can write there.
-            command += ["--tmpfs", str(project), "--remount-ro", str(project)]
+        # The repository's OpenCode folder (or the folder of the workdir it links to): project
+        # config is off, but OpenCode still imports its plugins' code, and an agent (this run's or
+        # an earlier one's) can write there.
+        project = (workdir / ".opencode").resolve()
+        if project.is_dir() and workdir in project.parents:
+            command += _hide_whole(project)
         command += ["--chdir", str(workdir), "--"]
         if self.network != "endpoint":
             return [*command, *argv]

@@ -145,3 +145,21 @@ def test_a_plugins_top_level_code_and_a_proc_symlink_find_no_key_under_bwrap(
         assert json.loads((workdir / "plugin-found.json").read_text())  # it ran, and found the gateway's environment
     else:
         assert not (workdir / "plugin-found.json").exists() and PROVIDER_KEY not in tool_results
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_a_repository_cannot_unmask_its_plugins_by_making_opencode_a_symlink(
+    sandbox: str, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+) -> None:
+    """`.opencode` a symlink to another folder of the repository: the folder it names is masked."""
+    plugins = workdir / "tools" / "editor" / "plugin"
+    plugins.mkdir(parents=True)
+    (plugins / "evil.js").write_text(f"import fs from 'fs'; fs.writeFileSync({json.dumps(str(workdir))} + "
+                                     "'/plugin-ran', 'yes');")
+    (workdir / ".opencode").symlink_to("tools/editor")
+    upstream.script(Reply(text="done", usage=usage(1000, 50)))
+    home = tmp_path / "real-home"
+    home.mkdir()
+    result = cli_run(upstream, workdir, opencode_bin, home, "--sandbox", sandbox)
+    assert result.returncode == 0, result.stderr
+    assert (workdir / "plugin-ran").exists() is (sandbox == "none")  # OpenCode follows the link unconfined
