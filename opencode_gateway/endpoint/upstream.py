@@ -99,8 +99,8 @@ class Upstream(Protocol):
 
 
 def _style(setting: str | None) -> CacheStyle | None:
-    """The `prompt_caching` setting as a style ("off", or not set: None)."""
-    return "markers" if setting == "markers" else "cache_key" if setting == "cache_key" else None
+    """The `prompt_caching` setting ("markers", "key" or "off") as a style."""
+    return "markers" if setting == "markers" else "cache_key" if setting == "key" else None
 
 
 def _float(value: str | None) -> float | None:
@@ -136,6 +136,7 @@ class ProxyUpstream:
         # the first request.
         self._caching = _style(caching)
         self._learn = caching is None
+        self._learning = asyncio.Lock()  # concurrent first requests wait for the one lookup
         self._idle = idle_timeout
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
         # chunk. (The wait for the answer to start is the endpoint's first-byte timeout.)
@@ -144,8 +145,10 @@ class ProxyUpstream:
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         if self._learn:
-            self._learn = False
-            self._caching = await self._backend_caching()
+            async with self._learning:
+                if self._learn:
+                    self._caching = await self._backend_caching()
+                    self._learn = False
         body = prepared(body, self._caching, tagging.session_id)
         request = self._client.build_request(
             "POST", self.url, json={**body, **tagging.proxy_body}, headers={**headers, **tagging.headers, **self._auth}
@@ -305,9 +308,8 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
 
 def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    prompt_caching = settings.prompt_caching
-    setting = prompt_caching.get(model) or prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
-    caching = {"markers": "markers", "key": "cache_key", "off": "off"}.get(setting or "")  # not set: learned
+    prompt_caching = settings.prompt_caching  # per model or group; not set: known from the backend
+    caching = prompt_caching.get(model) or prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
     if model.startswith(GATEWAY_PREFIX):
         return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
                              connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout,

@@ -3,6 +3,7 @@ OpenCode would put them, an OpenAI one a cache key, any other neither (endpoint/
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -63,8 +64,8 @@ async def test_a_gateway_groups_backend_is_learned_from_the_gateway_once(
         {"model_name": "other", "litellm_params": {"model": "openai/gpt-4o"}}]})
     chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
     upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual")
-    for _ in range(2):
-        reply = await upstream.send(OPENCODE_BODY, {}, Tagging(session_id="run_1"))
+    replies = await asyncio.gather(*(upstream.send(OPENCODE_BODY, {}, Tagging(session_id="run_1")) for _ in range(2)))
+    for reply in replies:  # two first requests at once (the title's and the turn's): one lookup, both marked
         await reply.aclose()
     await upstream.aclose()
     sent = [json.loads(call.request.content) for call in chat.calls]
