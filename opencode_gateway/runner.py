@@ -468,16 +468,16 @@ class _Run:
                           metadata=settings.metadata, tags=tagging.all_tags, session_id=plan.session_id)
         private = Path(tempfile.mkdtemp(prefix="opencode-gateway-"))  # mode 0700
         watchdog = Watchdog([private])  # cleans up if this process is killed
+        git = GitControl.take(plan.workdir)
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await _snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-            git = GitControl.take(plan.workdir)
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
-            self.warnings.extend(git.restore(self.account.run_id))
             session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
             _keep_session(plan, workspace, session_id)
             files = await _changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
-        finally:
+        finally:  # OpenCode has ended (or was killed): git's control files put back, interrupted or not
+            self.warnings.extend(git.restore(self.account.run_id))
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()
         return self._result(Happened(
