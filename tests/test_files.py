@@ -143,9 +143,10 @@ def test_diffs_end_by_the_deadline_and_each_is_cut_at_its_cap(tmp_path: Path) ->
     before = take(tmp_path, max_file_bytes=1 << 20)
     (tmp_path / "slow.txt").write_text(slow_after)
     (tmp_path / "long.txt").write_text("".join(f"line {i} changed\n" for i in range(5000)))
-    started = time.monotonic()
-    changes, notes = before.changes(take(tmp_path, max_file_bytes=1 << 20), deadline=started + 3, max_diff_bytes=2000)
-    assert time.monotonic() - started < 3 + 2  # ended by the deadline (the worker killed), not minutes later
+    after = take(tmp_path, max_file_bytes=1 << 20)
+    started = time.monotonic()  # the small diff has 10 s on a busy machine; the slow one takes minutes
+    changes, notes = before.changes(after, deadline=started + 10, max_diff_bytes=2000)
+    assert time.monotonic() - started < 10 + 5  # ended by the deadline (the worker killed), not minutes later
     long, slow = changes
     assert long.diff is not None and len(long.diff.encode()) <= 2000 + 100
     assert long.diff.endswith("\\ diff cut at 2,000 bytes (diff_max_bytes)\n") and long.diff.startswith("--- a/long.txt")
