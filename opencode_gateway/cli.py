@@ -116,14 +116,20 @@ def _print_json(data: Any, stream: Any = None) -> None:
 
 def _result_line(result: Any) -> str:
     usage = result.usage
-    cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
+    unpriced = result.cost_sources.get("unpriced", 0)
+    cost = f"cost unknown ({unpriced} unpriced)" if result.cost is None else f"${result.cost:.6f}"
     parts = [
         result.stop_reason,
         f"{usage.requests} request{'s' if usage.requests != 1 else ''}",
         f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens",
         cost,
-        f"session {result.session_id or '-'}",
     ]
+    if usage.cache_read_tokens or usage.cache_write_tokens:
+        saved = result.cache_saved
+        effect = ("saving unknown" if saved is None else f"saved ${saved:.6f}" if saved >= 0
+                  else f"cache writes cost ${-saved:.6f} more")
+        parts.append(f"{usage.cached_share:.0%} of input from cache, {effect}")
+    parts.append(f"session {result.session_id or '-'}")
     return "opencode-gateway: " + " · ".join(parts)
 
 
@@ -206,7 +212,7 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
     from .dashboard.page import render_page
 
     data = dashboard_data(settings.ledger_path, Query(by=args.by, since=args.since, until=args.until,
-                                                      where=tuple(where), limit=None), settings.pricing)
+                                                      where=tuple(where), limit=None))
     target = Path(args.html)
     try:
         target.write_text(render_page(data))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting.records import RequestRecord, RunUsage
+from .accounting.records import RequestRecord, RunUsage, cache_saved
 from .errors import GatewayError
 from .files import FileChange
 from .opencode.lines import Event, StepStart, Text
@@ -40,6 +40,12 @@ class RunResult:
         return dict(collections.Counter(r.cost.source for r in self.requests))
 
     @property
+    def cache_saved(self) -> float | None:
+        """USD that prompt caching saved this run; None when a request with cache tokens had no
+        known price. The share of input read from cache is `usage.cached_share`."""
+        return cache_saved(self.requests)
+
+    @property
     def ok(self) -> bool:
         return self.stop_reason == "done"
 
@@ -63,6 +69,8 @@ class RunResult:
             "usage": self.usage.to_dict(),
             "cost": self.cost,
             "cost_sources": self.cost_sources,
+            "cached_share": round(self.usage.cached_share, 6),
+            "cache_saved": self.cache_saved,
             "error": self.error.to_dict() if self.error else None,
             "warnings": list(self.warnings),
             "duration_s": round(self.duration_s, 3),

@@ -183,7 +183,7 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
                         pricer=router.pricer, estimate_usage=settings.estimate_usage,
                         first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes)
     routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"]),
-              *dashboard_routes(access, settings.ledger_path, dict(settings.pricing),
+              *dashboard_routes(access, settings.ledger_path,
                                 lambda: list(reversed(router.stats()["sessions"])))]
     return create_app(endpoint, routes), router
 

@@ -31,9 +31,11 @@ SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
 @pytest.fixture
 def gateway() -> Iterator[respx.MockRouter]:
     """A LiteLLM gateway mocked by respx at the httpx client (the relay's own transport is aiohttp's:
-    endpoint/transport.py); the tests' own clients of an app under test (ASGI) pass through."""
-    with respx.mock(using="httpx") as router:
+    endpoint/transport.py); the tests' own clients of an app under test (ASGI) pass through. Its
+    model info (which a ProxyUpstream reads once) lists no group, unless a test says otherwise."""
+    with respx.mock(using="httpx", assert_all_called=False) as router:
         router.route(host__in=("endpoint", "e", "serve")).pass_through()
+        router.get(url__regex=r"/v1/model/info$").respond(200, json={"data": []})
         yield router
 
 

@@ -119,7 +119,7 @@ def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_nam
     """Measured before: $0.780 through `team-coder`, $0.176 through `claude-coder` (4.4x). Here:
     $0.0572 and $0.0567 (OpenCode's system prompt for a "claude" model id is 300 characters shorter),
     and $0.243 with the markers off."""
-    costs = {}
+    costs, results = {}, {}
     for group in ("team-coder", "claude-coder", "team-coder-uncached"):
         claude = CachingClaude()
         upstream.script(*[claude] * 10)
@@ -129,6 +129,11 @@ def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_nam
                          prompt_caching={"team-coder": "off"} if group.endswith("-uncached") else {}))
         assert result.stop_reason == "done" and result.usage.requests == 10, result.error
         assert result.cost is not None
-        costs[group] = result.cost
+        costs[group], results[group] = result.cost, result
     assert costs["team-coder"] == pytest.approx(costs["claude-coder"], rel=0.01)
     assert costs["team-coder-uncached"] > 2 * costs["claude-coder"]  # what the markers save
+    # What the run says caching saved is what the same session cost without it.
+    cached = results["team-coder"]
+    assert cached.usage.cached_share > 0.7 and results["team-coder-uncached"].usage.cached_share == 0
+    assert cached.cache_saved is not None
+    assert costs["team-coder"] + cached.cache_saved == pytest.approx(costs["team-coder-uncached"], rel=0.01)

@@ -148,7 +148,7 @@ def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
     def answer(body: dict) -> Reply:
         # Runs while the CLI is still waiting for this answer: the tool call must be on stderr already.
         seen_before_end.append('"type": "tool_call"' in stderr_file.read_text())
-        return Reply(text="Wrote it.")
+        return Reply(text="Wrote it.", usage=usage(1000, 50, cached=800))
 
     upstream.script(Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})]),
                     answer)
@@ -162,6 +162,8 @@ def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
     assert seen_before_end == [True]
     summary = stderr_file.read_text().strip().splitlines()[-1]
     assert summary.startswith("opencode-gateway: done · 2 requests · 2,000 in / 100 out tokens · $")
+    # gpt-4o-mini reads cached tokens at 7.5e-8 instead of 1.5e-7 (LiteLLM's map): 800 saved 6e-5.
+    assert " · 40% of input from cache, saved $0.000060 · session ses_" in summary
 
 
 @pytest.mark.e2e

@@ -73,8 +73,10 @@ async def mint(client: httpx.AsyncClient, launch: Launch = Launch()) -> str:
 
 
 def forwarded(gateway: respx.MockRouter) -> list[httpx.Request]:
-    """The requests that reached the gateway (respx also sees the test's own calls to the server)."""
-    return [call.request for call in gateway.calls if call.request.url.host == "gateway.test"]
+    """The chat requests that reached the gateway (respx also sees the test's own calls to the
+    server, and each group's one model-info lookup)."""
+    return [call.request for call in gateway.calls
+            if call.request.url.host == "gateway.test" and call.request.url.path.endswith("/chat/completions")]
 
 
 async def chat(client: httpx.AsyncClient, session: str | None, token: str, model: object = "litellm_proxy/team-a",

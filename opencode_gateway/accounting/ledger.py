@@ -82,6 +82,8 @@ _MIGRATIONS: tuple[str, ...] = (
     "ALTER TABLE runs ADD COLUMN owner TEXT",
     # What a request was for: main, title, summary, compaction (NULL in older rows: main).
     "ALTER TABLE requests ADD COLUMN purpose TEXT",
+    # What prompt caching saved (pricing.Cost.cache_saved; NULL: no price known, or an older row).
+    "ALTER TABLE requests ADD COLUMN cache_saved REAL",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -233,7 +235,7 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     return {str(row[0]) for row in rows if row[0] is not None}
 
 
-_INSERT_REQUEST = f"INSERT INTO requests VALUES ({', '.join('?' * 23)})"
+_INSERT_REQUEST = f"INSERT INTO requests VALUES ({', '.join('?' * 24)})"
 
 
 class RunLedger(Protocol):
@@ -292,7 +294,8 @@ class Ledger:
                usage.output_tokens if usage else 0, usage.cache_read_tokens if usage else 0,
                usage.cache_write_tokens if usage else 0, usage.reasoning_tokens if usage else 0,
                int(record.usage_missing), int(record.estimated), record.cost.usd, record.cost.source, record.attempts,
-               record.error, record.started_at, record.ttfb_s, record.duration_s, record.purpose)
+               record.error, record.started_at, record.ttfb_s, record.duration_s, record.purpose,
+               record.cost.cache_saved)
         with self._rows_lock:
             self._rows.append(row)
             first = len(self._rows) == 1

@@ -7,7 +7,9 @@ silent 0: without a price it is `None` and its source is `unpriced`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,10 @@ class Cost:
     usd: float | None
     source: str  # "reported", "config", "litellm", "unpriced", or "failed" (refused: nothing generated)
     model: str | None = None  # the model whose price was used
+    # What prompt caching saved: the same tokens priced as if none had been cached, minus their
+    # price as they were (cache writes' premium subtracted). 0 without cache tokens; None when no
+    # price of the model is known (a gateway group's, say: only the gateway knows it).
+    cache_saved: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,21 +149,46 @@ class Pricer:
     def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
         self.prices = dict(prices or {})
 
-    def price(self, usage: Usage | None, models: Sequence[str], *, header_cost: float | None = None) -> Cost:
+    def price(self, usage: Usage | None, models: Sequence[str], *, header_cost: float | None = None,
+              backends: Sequence[str] = ()) -> Cost:
         """`models`: the names this request goes by, most specific first (the model that answered,
-        the run's model, the gateway's model group)."""
+        the run's model, the gateway's model group). `backends`: the models behind a gateway's
+        group, whose prices say what caching saved when the gateway reports only the cost."""
         if usage is None:
             return Cost(header_cost, "reported") if header_cost is not None else Cost(None, "unpriced")
-        if usage.reported_cost is not None:
-            return Cost(usage.reported_cost, "reported")
-        if header_cost is not None:
-            return Cost(header_cost, "reported")
         names = tuple(dict.fromkeys(m for m in models if m))
+        reported = usage.reported_cost if usage.reported_cost is not None else header_cost
+        if reported is not None:  # a gateway's run does not import litellm to say what caching saved
+            saved = self.cache_saved(usage, (*names, *backends), load="litellm" in sys.modules)
+            return Cost(reported, "reported", cache_saved=saved)
+        saved = self.cache_saved(usage, names)
         for model in names:
             if model in self.prices:
-                return Cost(self.prices[model].cost(usage), "config", model)
+                return Cost(self.prices[model].cost(usage), "config", model, saved)
         for model in names:
             usd = litellm_price(model, usage)
             if usd is not None:
-                return Cost(usd, "litellm", model)
-        return Cost(None, "unpriced")
+                return Cost(usd, "litellm", model, saved)
+        return Cost(None, "unpriced", cache_saved=saved)
+
+    def cache_saved(self, usage: Usage, models: Sequence[str], *, load: bool = True) -> float | None:
+        """What caching saved on `usage`: its price with every cached or cache-written token priced
+        as plain input, minus its price as it was, both by the first price known for `models`
+        (the settings', then LiteLLM's; with `load` False, only what the bundled map says without
+        importing litellm). None when no price is known."""
+        if not (usage.cache_read_tokens or usage.cache_write_tokens):
+            return 0.0
+        uncached = Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                         reasoning_tokens=usage.reasoning_tokens)
+        for model in models:
+            if model in self.prices:
+                return self.prices[model].cost(uncached) - self.prices[model].cost(usage)
+        price_of = litellm_price if load else map_price
+        if not load:  # the token counts alone, which the bundled map prices whatever else the usage says
+            usage = dataclasses.replace(usage, raw={})
+        for model in models:
+            actual = price_of(model, usage)
+            if actual is not None:
+                without = price_of(model, uncached)
+                return None if without is None else without - actual
+        return None

@@ -9,7 +9,7 @@ from typing import Any
 from .pricing import Cost
 from .usage import Usage
 
-__all__ = ["RequestRecord", "RunUsage", "totals"]
+__all__ = ["RequestRecord", "RunUsage", "cache_saved", "totals"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class RequestRecord:
             "estimated": self.estimated,
             "cost": self.cost.usd,
             "cost_source": self.cost.source,
+            "cache_saved": self.cost.cache_saved,
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 6),
             "ttfb_s": None if self.ttfb_s is None else round(self.ttfb_s, 6),
@@ -107,3 +108,10 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
         usage_missing_requests=len(missing),
     )
     return run_usage, cost, tuple(warnings)
+
+
+def cache_saved(records: Iterable[RequestRecord]) -> float | None:
+    """What prompt caching saved over `records`; None when any request with cache tokens had no
+    known price (a partial sum would read as the whole saving)."""
+    savings = [r.cost.cache_saved for r in records]
+    return None if None in savings else sum(s or 0.0 for s in savings)

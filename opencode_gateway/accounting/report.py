@@ -39,7 +39,8 @@ _SUMS = """COUNT(DISTINCT q.run_id) AS runs, COUNT(*) AS requests,
     SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
     SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
     SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
-    SUM(q.cost IS NULL) AS unpriced_requests"""
+    SUM(q.cost IS NULL) AS unpriced_requests, SUM(q.cache_saved) AS cache_saved,
+    SUM(q.cache_saved IS NULL AND q.cache_read_tokens + q.cache_write_tokens > 0) AS cache_saved_unknown"""
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,15 @@ class Group:
     reasoning_tokens: int
     cost: float  # of the priced requests
     unpriced_requests: int
+    # What prompt caching saved (pricing.Cost.cache_saved); None when a request with cache tokens
+    # had no known price.
+    cache_saved: float | None = 0.0
     status: str | None = None  # by run: how it ended (done, error, ...), "running" or "abandoned"
+
+    @property
+    def cached_share(self) -> float:
+        """The share of the prompt tokens read from the provider's cache."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
 
     @property
     def label(self) -> str:
@@ -70,17 +79,18 @@ class Report:
     total: Group
 
     def to_dict(self) -> dict[str, Any]:
-        return {"by": self.by, "groups": [asdict(g) for g in self.groups], "total": asdict(self.total)}
+        return {"by": self.by, "groups": [_group_dict(g) for g in self.groups], "total": _group_dict(self.total)}
 
     def render(self, fmt: str) -> str:
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
         rows = [*self.groups, self.total]
         header = [self.by, "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning",
-                  "cost_usd", "unpriced"]
+                  "cost_usd", "unpriced", "cached", "cache_saved_usd"]
         cells = [[("TOTAL" if g is self.total else g.label), str(g.runs),
                   str(g.requests), str(g.input_tokens), str(g.output_tokens), str(g.cache_read_tokens),
-                  str(g.cache_write_tokens), str(g.reasoning_tokens), f"{g.cost:.6f}", str(g.unpriced_requests)]
+                  str(g.cache_write_tokens), str(g.reasoning_tokens), f"{g.cost:.6f}", str(g.unpriced_requests),
+                  f"{g.cached_share:.1%}", "unknown" if g.cache_saved is None else f"{g.cache_saved:.6f}"]
                  for g in rows]
         if fmt == "csv":
             out = io.StringIO()
@@ -89,6 +99,10 @@ class Report:
             writer.writerows(cells)
             return out.getvalue()
         return render_table(header, cells)
+
+
+def _group_dict(group: Group) -> dict[str, Any]:
+    return {**asdict(group), "cached_share": round(group.cached_share, 6)}
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -117,6 +131,7 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
                  cache_read_tokens=row["cache_read_tokens"] or 0, cache_write_tokens=row["cache_write_tokens"] or 0,
                  reasoning_tokens=row["reasoning_tokens"] or 0, cost=row["cost"] or 0.0,
                  unpriced_requests=row["unpriced_requests"] or 0,
+                 cache_saved=None if row["cache_saved_unknown"] else row["cache_saved"] or 0.0,
                  status=row["status"] if "status" in row.keys() else None)
 
 

@@ -61,6 +61,8 @@ class Totals:
     usage_missing: int = 0
     unpriced: int = 0
     priced_cost: float = 0.0  # of the priced requests
+    known_saved: float = 0.0  # what caching saved, over the requests where that is known
+    saved_unknown: int = 0  # requests with cache tokens and no known price
     spent: Spent = Spent()  # what counts for a budget: calls made (refused ones are not)
 
     def add(self, record: RequestRecord, *, spent: bool = True) -> None:
@@ -73,6 +75,10 @@ class Totals:
             self.unpriced += 1
         else:
             self.priced_cost += record.cost.usd
+        if record.cost.cache_saved is None:
+            self.saved_unknown += 1
+        else:
+            self.known_saved += record.cost.cache_saved
         if spent:
             self.spent = self.spent + Spent.of(record)
 
@@ -89,8 +95,13 @@ class Totals:
         """None when any request could not be priced: a partial sum would read as the whole cost."""
         return None if self.unpriced else self.priced_cost
 
+    @property
+    def cache_saved(self) -> float | None:
+        return None if self.saved_unknown else self.known_saved
+
     def summary(self) -> dict[str, Any]:
-        return {**self.usage.to_dict(), "cost": self.cost}
+        return {**self.usage.to_dict(), "cost": self.cost, "cached_share": round(self.usage.cached_share, 6),
+                "cache_saved": self.cache_saved}
 
 
 class RunAccount:

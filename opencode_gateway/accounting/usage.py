@@ -74,6 +74,11 @@ class Usage:
     def is_empty(self) -> bool:
         return not (self.input_tokens or self.output_tokens)
 
+    @property
+    def cached_share(self) -> float:
+        """The share of the prompt tokens that were read from the provider's cache."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..accounting.ledger import connect
-from ..accounting.price_map import price_map
-from ..accounting.pricing import Price
 from ..accounting.report import SOURCE, Grouping, grouping, report_from, selection
 
 __all__ = ["Query", "dashboard_data"]
@@ -42,9 +40,8 @@ class Query:
     limit: int | None = 50
 
 
-def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None = None) -> dict[str, Any]:
-    """Everything the page draws, as JSON-able values. `prices`: the settings' own, which price
-    what caching saved before LiteLLM's map does."""
+def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
+    """Everything the page draws, as JSON-able values."""
     dimension = grouping(query.by)
     where_sql, filters = selection(query.since, query.until, query.where)
     connection = connect(path, create=False)
@@ -52,21 +49,15 @@ def dashboard_data(path: Path, query: Query, prices: Mapping[str, Price] | None 
         report = report_from(connection, by=query.by, since=query.since, until=query.until, where=query.where)
         days = _per_day(connection, dimension, where_sql, filters)
         models = _per_day(connection, grouping("model"), where_sql, filters)
-        saved = _cache_saved(connection, dimension, where_sql, filters, prices or {})
         missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
         runs = _runs(connection, where_sql, filters, query.offset, query.limit)
     finally:
         connection.close()
-    groups = []
-    for group in report.groups:
-        row = asdict(group)
-        row["cached_share"] = group.cache_read_tokens / group.input_tokens if group.input_tokens else 0.0
-        row["cache_saved_usd"] = saved.get(group.key, None)
-        groups.append(row)
+    figures = report.to_dict()
     all_days = sorted({day for day, _, _ in days} | {day for day, _, _ in models})
     return {
         "by": query.by, "since": query.since, "until": query.until, "where": [list(pair) for pair in query.where],
-        "generated_at": time.time(), "total": asdict(report.total), "groups": groups, "days": all_days,
+        "generated_at": time.time(), "total": figures["total"], "groups": figures["groups"], "days": all_days,
         "by_group": _series(days, all_days), "by_model": _series(models, all_days),
         "usage_missing_requests": missing or 0, **runs,
     }
@@ -98,39 +89,6 @@ def _series(rows: Sequence[tuple[str, str | None, float]], days: Sequence[str]) 
         names.append("(others)")
         series.append(others)
     return {"names": names, "cost": series}
-
-
-def _cache_saved(connection: Any, group: Grouping, where_sql: str, filters: list[Any],
-                 prices: Mapping[str, Price]) -> dict[str | None, float | None]:
-    """What reading from the cache saved, per group: cached tokens times (input price - cache read
-    price) of the model that answered; None for a group with cached tokens of an unpriced model."""
-    rows = connection.execute(
-        f"SELECT {group.key} AS grp, q.model, q.upstream_model, SUM(q.cache_read_tokens) AS cached FROM {SOURCE}"
-        f"{group.join} {where_sql} GROUP BY grp, q.model, q.upstream_model", [*group.parameters, *filters]).fetchall()
-    saved: dict[str | None, float | None] = {}
-    for row in rows:
-        key = None if row["grp"] is None else str(row["grp"])
-        cached = row["cached"] or 0
-        discount = _discount(prices, [row["upstream_model"], row["model"]])
-        before = saved.get(key, 0.0)
-        if before is None:
-            continue
-        saved[key] = None if cached and discount is None else before + cached * (discount or 0.0)
-    return saved
-
-
-def _discount(prices: Mapping[str, Price], names: Sequence[str | None]) -> float | None:
-    """Input price minus cache-read price, per token, of the first name with a known price."""
-    entries = price_map() or {}
-    for name in filter(None, names):
-        if name in prices:
-            price = prices[name]
-            return price.input - (price.input if price.cache_read is None else price.cache_read)
-        entry = entries.get(name.removeprefix("litellm_proxy/"))
-        if entry is not None:
-            return float(entry["input_cost_per_token"] - entry.get("cache_read_input_token_cost",
-                                                                  entry["input_cost_per_token"]))
-    return None
 
 
 # A request's figures as the page shows them, in fewer bytes (a page of 100,000 requests embeds

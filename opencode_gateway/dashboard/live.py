@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..accounting.pricing import Price
 from ..credentials import token_digest
 from ..endpoint.app import bearer, error_response
 from ..errors import SettingsError
@@ -83,7 +82,7 @@ def _query(request: Request) -> Query:
                  until=params.get("until") or None, where=tuple(where), limit=RUNS_SHOWN)
 
 
-def dashboard_routes(access: DashboardAccess, ledger_path: Path, prices: dict[str, Price],
+def dashboard_routes(access: DashboardAccess, ledger_path: Path,
                      sessions: Callable[[], list[dict[str, Any]]]) -> list[Route]:
     """`/` (the page), `/dashboard/data` (its figures as JSON), `/login` and `/login-codes`."""
 
@@ -97,7 +96,7 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path, prices: dict[st
             return refused()
         try:
             query = _query(request)
-            return await asyncio.to_thread(dashboard_data, ledger_path, query, prices)
+            return await asyncio.to_thread(dashboard_data, ledger_path, query)
         except SettingsError as exc:
             return error_response(str(exc), 400, "invalid_request_error")
 

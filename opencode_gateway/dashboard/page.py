@@ -93,7 +93,7 @@ def _groups(data: dict[str, Any]) -> str:
     rows = []
     for group in data["groups"]:
         name = "(none)" if group["key"] is None else group["key"]
-        saved = group["cache_saved_usd"]
+        saved = group["cache_saved"]
         rows.append(f'<tr data-group="{_e(name)}"><td>{_e(name)}</td><td>{group["runs"]:,}</td>'
                     f'<td>{group["requests"]:,}</td>' + "".join(f"<td>{group[key]:,}</td>" for key, _ in _TOKENS)
                     + f'<td>{group["cached_share"]:.1%}</td><td>{"unknown" if saved is None else _usd(saved)}</td>'

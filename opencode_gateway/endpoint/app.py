@@ -344,7 +344,8 @@ class _Call:
         if usage is not None and not reply.reports_cost:
             usage = dataclasses.replace(usage, reported_cost=None)
         names = [upstream_model or "", self.target.model, self.target.upstream.model]
-        return self.endpoint.pricer.price(usage, names, header_cost=reply.header_cost)
+        return self.endpoint.pricer.price(usage, names, header_cost=reply.header_cost,
+                                          backends=self.target.upstream.backends)
 
     async def failed(self, reply: UpstreamReply) -> Response:
         raw = await reply.read()

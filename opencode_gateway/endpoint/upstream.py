@@ -92,6 +92,9 @@ class UpstreamReply:
 
 class Upstream(Protocol):
     model: str  # what the upstream is asked for (the group, for a gateway)
+    # The litellm model strings behind `model` (a gateway group's deployments, once learned):
+    # names whose price says what caching saved where the gateway reports only the cost.
+    backends: tuple[str, ...]
 
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply: ...
 
@@ -131,11 +134,13 @@ class ProxyUpstream:
     ) -> None:
         self.url = gateway_base(api_base) + "/v1/chat/completions"
         self.model = group
+        self.backends: tuple[str, ...] = ()
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        # How the group's backend caches prompts: the setting's, else learned from the gateway on
-        # the first request.
+        # The group's deployments, learned from the gateway on the first request, and how they
+        # cache prompts (the setting's way, if it names one).
         self._caching = _style(caching)
-        self._learn = caching is None
+        self._setting = caching
+        self._learn = True
         self._learning = asyncio.Lock()  # concurrent first requests wait for the one lookup
         self._idle = idle_timeout
         # httpx's read timeout bounds each wait for data: the idle gap of a stream, at no cost per
@@ -147,7 +152,10 @@ class ProxyUpstream:
         if self._learn:
             async with self._learning:
                 if self._learn:
-                    self._caching = await self._backend_caching()
+                    self.backends = await self._deployments()
+                    styles = {cache_style(model) for model in self.backends}
+                    if self._setting is None:
+                        self._caching = styles.pop() if len(styles) == 1 else None
                     self._learn = False
         body = prepared(body, self._caching, tagging.session_id)
         request = self._client.build_request(
@@ -167,20 +175,18 @@ class ProxyUpstream:
             response=response,
         )
 
-    async def _backend_caching(self) -> CacheStyle | None:
-        """How the group's deployments cache prompts, from the gateway's model info for the key
-        (each deployment's litellm model string): one style when all agree, else None."""
+    async def _deployments(self) -> tuple[str, ...]:
+        """The litellm model strings of the group's deployments, from the gateway's model info
+        for the key; () when the gateway does not say."""
         try:
             response = await self._client.get(self.url.removesuffix("/v1/chat/completions") + "/v1/model/info",
                                               headers=self._auth)
             entries = response.json().get("data") if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        models = {str(entry["litellm_params"].get("model")) for entry in entries or ()
-                  if isinstance(entry, dict) and entry.get("model_name") == self.model
-                  and isinstance(entry.get("litellm_params"), dict)}
-        styles = {cache_style(model) for model in models}
-        return styles.pop() if len(styles) == 1 else None
+            return ()
+        return tuple(dict.fromkeys(str(entry["litellm_params"].get("model")) for entry in entries or ()
+                                   if isinstance(entry, dict) and entry.get("model_name") == self.model
+                                   and isinstance(entry.get("litellm_params"), dict)))
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
@@ -199,6 +205,7 @@ class SdkUpstream:
     def __init__(self, model: str, api_base: str | None, api_key: str | None, *, idle_timeout: float = 300.0,
                  caching: str | None = None) -> None:
         self.model = model
+        self.backends: tuple[str, ...] = ()
         self._idle = idle_timeout
         self._caching = cache_style(model) if caching is None else _style(caching)
         self._credentials = {k: v for k, v in (("api_base", api_base), ("api_key", api_key)) if v}

@@ -3,6 +3,7 @@ given the whole usage object, else unpriced (never 0)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -108,7 +109,8 @@ def test_a_configured_price_is_used_before_litellms_and_computed_by_hand() -> No
                   reasoning_tokens=500)
     cost = Pricer({"qwen-coder": price}).price(usage, ["gpt-4o-mini", "litellm_proxy/qwen-coder", "qwen-coder"])
     by_hand = (3_000 * 0.4 + 6_000 * 0.04 + 1_000 * 0.5 + 1_500 * 1.6 + 500 * 2.0) / 1e6
-    assert cost == Cost(pytest.approx(by_hand, rel=1e-12), "config", "qwen-coder")
+    saved = (6_000 * (0.4 - 0.04) - 1_000 * (0.5 - 0.4)) / 1e6
+    assert cost == Cost(pytest.approx(by_hand, rel=1e-12), "config", "qwen-coder", pytest.approx(saved, rel=1e-12))
 
 
 def test_unset_kinds_cost_their_parent_kinds_price() -> None:
@@ -162,3 +164,38 @@ def test_opencode_is_given_the_prices_the_ledger_uses_where_they_are_known() -> 
     assert per_million("litellm_proxy/team-coder", configured) == pytest.approx(
         {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.0})
     assert per_million("litellm_proxy/team-a", {}) is None  # a gateway group's price is the gateway's
+
+
+CLAUDE = Price(input=3e-6, output=15e-6, cache_read=3e-7, cache_write=3.75e-6)  # claude-sonnet-4-5's
+CACHED = Usage(input_tokens=10_000, output_tokens=100, cache_read_tokens=8000, cache_write_tokens=1000)
+# 8000 tokens read at 3e-7 instead of 3e-6, less the 1000 written at 3.75e-6 instead of 3e-6.
+CACHED_SAVED = 8000 * (3e-6 - 3e-7) - 1000 * (3.75e-6 - 3e-6)
+
+
+def test_what_caching_saved_is_the_same_tokens_uncached_minus_as_billed() -> None:
+    cost = Pricer({"team-coder": CLAUDE}).price(CACHED, ["team-coder"])
+    assert cost.cache_saved == pytest.approx(CACHED_SAVED, rel=1e-12)
+    assert cost.usd == pytest.approx(CLAUDE.cost(CACHED), rel=1e-12)
+
+
+def test_litellms_prices_say_what_caching_saved_as_they_price_the_request() -> None:
+    assert Pricer().price(CACHED, ["anthropic/claude-sonnet-4-5"]).cache_saved == pytest.approx(CACHED_SAVED, rel=1e-9)
+
+
+def test_a_first_turn_that_only_writes_the_cache_saved_less_than_nothing() -> None:
+    written = Usage(input_tokens=10_000, output_tokens=10, cache_write_tokens=9000)
+    assert Pricer({"m": CLAUDE}).price(written, ["m"]).cache_saved == pytest.approx(-9000 * 0.75e-6, rel=1e-12)
+
+
+def test_a_reported_cost_is_kept_and_caching_priced_by_the_model_that_answered() -> None:
+    reported = Usage(input_tokens=10_000, output_tokens=100, cache_read_tokens=8000, cache_write_tokens=1000,
+                     reported_cost=0.01)
+    cost = Pricer().price(reported, ["claude-sonnet-4-5", "litellm_proxy/team-coder"])
+    assert (cost.usd, cost.source) == (0.01, "reported")
+    assert cost.cache_saved == pytest.approx(CACHED_SAVED, rel=1e-9)
+
+
+def test_what_caching_saved_is_zero_without_cache_tokens_and_unknown_without_a_price() -> None:
+    assert Pricer().price(Usage(1000, 10), ["self-hosted-qwen"]).cache_saved == 0.0
+    assert Pricer().price(CACHED, ["self-hosted-qwen"]).cache_saved is None
+    assert Pricer().price(dataclasses.replace(CACHED, reported_cost=0.01), ["litellm_proxy/team-a"]).cache_saved is None

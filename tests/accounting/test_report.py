@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -148,3 +149,24 @@ def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -
     table = report.render("table")
     assert "r2 (abandoned)" in table and "r3 (running)" in table and "r1 (" not in table
     assert {g["key"]: g["status"] for g in json.loads(report.render("json"))["groups"]}["r2"] == "abandoned"
+
+
+def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_path: Path) -> None:
+    path = tmp_path / "saved.db"
+    ledger = Ledger(path)
+    ledger.start_run(run_id="r", started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"ticket": "T"},
+                     tags=(), session_id=None)
+    for n, saved in enumerate((0.004, -0.001, 0.0)):
+        ledger.record_request("r", dataclasses.replace(request("r", n, (1000, 10, 500), 0.001),
+                                                       cost=Cost(0.001, "litellm", cache_saved=saved)))
+    ledger.close()
+    report = build_report(path, by="ticket")
+    [group] = report.groups
+    assert group.cache_saved == pytest.approx(0.003) and group.cached_share == pytest.approx(0.5)
+    assert report.to_dict()["total"]["cached_share"] == 0.5
+    assert "50.0%" in report.render("table") and "0.003000" in report.render("table")
+    ledger = Ledger(path)
+    ledger.record_request("r", dataclasses.replace(request("r", 9, (1000, 10, 500), None),
+                                                   cost=Cost(None, "unpriced", cache_saved=None)))
+    ledger.close()
+    assert build_report(path, by="ticket").total.cache_saved is None  # never a partial sum read as the whole

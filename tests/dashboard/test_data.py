@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.pricing import Price
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.dashboard.data import SERIES, Query, dashboard_data
 from opencode_gateway.errors import SettingsError
@@ -58,12 +57,10 @@ def test_what_caching_saved_is_priced_or_unknown_never_zero(ledger: Path) -> Non
     groups = {g["key"]: g for g in dashboard_data(ledger, Query(by="model"))["groups"]}
     mini = groups["openai/gpt-4o-mini"]
     # gpt-4o-mini: 1.5e-7 input, 7.5e-8 cache read a token (LiteLLM's map).
-    assert mini["cache_saved_usd"] == pytest.approx(mini["cache_read_tokens"] * 7.5e-8, rel=1e-9)
-    assert mini["cached_share"] == pytest.approx(mini["cache_read_tokens"] / mini["input_tokens"])
-    assert groups["litellm_proxy/team-a"]["cache_saved_usd"] is None  # "team-a": no price known
-    priced = dashboard_data(ledger, Query(by="model"), {"team-a": Price(input=1e-6, output=2e-6, cache_read=1e-7)})
-    team = {g["key"]: g for g in priced["groups"]}["litellm_proxy/team-a"]
-    assert team["cache_saved_usd"] == pytest.approx(team["cache_read_tokens"] * 9e-7)
+    assert mini["cache_read_tokens"] > 0
+    assert mini["cache_saved"] == pytest.approx(mini["cache_read_tokens"] * 7.5e-8, rel=1e-9)
+    assert mini["cached_share"] == pytest.approx(mini["cache_read_tokens"] / mini["input_tokens"], abs=1e-6)
+    assert groups["litellm_proxy/team-a"]["cache_saved"] is None  # "team-a": no price known
 
 
 def test_runs_come_newest_first_with_their_requests(ledger: Path) -> None:

@@ -76,14 +76,18 @@ async def test_a_gateway_groups_backend_is_learned_from_the_gateway_once(
 @pytest.mark.anyio
 @respx.mock(using="httpx")
 async def test_the_setting_forces_markers_or_nothing(respx_mock: respx.MockRouter) -> None:
+    """Whatever the gateway says the group's backend is (here a Claude): the group's deployments
+    are still learned, for what caching saved."""
     gateway = respx_mock
+    gateway.get(f"{GATEWAY}/v1/model/info").respond(200, json={"data": [
+        {"model_name": "team-coder", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}]})
     chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
     for setting, expected in (("markers", True), ("off", False)):
         upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual", caching=setting)
         await (await upstream.send(OPENCODE_BODY, {}, Tagging())).aclose()
         await upstream.aclose()
         assert ("cache_control" in chat.calls[-1].request.content.decode()) is expected
-    assert not any(call.request.url.path.endswith("/model/info") for call in gateway.calls)
+        assert upstream.backends == ("anthropic/claude-sonnet-4-5",)
 
 
 def test_the_setting_names_a_model_or_its_group() -> None:
