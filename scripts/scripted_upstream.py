@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-__all__ = ["Reply", "ScriptedUpstream", "ToolCall", "anthropic_usage", "usage"]
+__all__ = ["Reply", "ScriptedUpstream", "ToolCall", "anthropic_usage", "gemini_usage", "usage"]
 
 
 def usage(
@@ -60,6 +60,18 @@ def anthropic_usage(input_tokens: int, output_tokens: int, *, cache_read: int = 
     """An Anthropic Messages usage object (input_tokens excludes cache reads and writes)."""
     return {"input_tokens": input_tokens, "output_tokens": output_tokens,
             "cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
+
+
+def gemini_usage(prompt: int, candidates: int, *, cached: int = 0, thoughts: int = 0) -> dict[str, Any]:
+    """Gemini's usageMetadata (promptTokenCount includes the cached tokens; candidatesTokenCount
+    excludes the thoughts)."""
+    body = {"promptTokenCount": prompt, "candidatesTokenCount": candidates,
+            "totalTokenCount": prompt + candidates + thoughts}
+    if cached:
+        body["cachedContentTokenCount"] = cached
+    if thoughts:
+        body["thoughtsTokenCount"] = thoughts
+    return body
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,7 @@ class ScriptedUpstream:
             Route("/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1beta/models/{target:path}", self._gemini, methods=["POST"]),
             Route("/openai/deployments/{deployment}/chat/completions", self._azure, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
@@ -229,6 +242,20 @@ class ScriptedUpstream:
                                  media_type="text/event-stream")
 
 
+    async def _gemini(self, request: Request) -> Response:
+        """Gemini's streamGenerateContent (`models/<model>:streamGenerateContent?alt=sse`), streamed
+        as Gemini streams it: whole parts per chunk, usageMetadata on the last (reply.usage in its
+        spelling: gemini_usage)."""
+        model, _, method = request.path_params["target"].partition(":")
+        body = await request.json()
+        self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
+        reply = self._next_reply(body)
+        if method != "streamGenerateContent" or reply.status >= 400:
+            error = {"error": {"code": reply.status, "message": reply.error, "status": "INTERNAL"}}
+            return JSONResponse(error, status_code=reply.status if reply.status >= 400 else 404)
+        return StreamingResponse(_gemini_stream(model, reply), media_type="text/event-stream")
+
+
 AZURE_MODEL = "gpt-4o-2024-11-20"  # the model an Azure deployment answers as
 
 
@@ -338,6 +365,27 @@ async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
     yield event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
                                   "usage": {"output_tokens": usage.get("output_tokens", 0)}})
     yield event("message_stop", {})
+
+
+async def _gemini_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
+    response_id = uuid.uuid4().hex[:16]
+
+    def chunk(parts: list[dict[str, Any]], finish: str | None = None) -> bytes:
+        candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+        data: dict[str, Any] = {"candidates": [candidate], "modelVersion": model, "responseId": response_id}
+        if finish:
+            candidate["finishReason"] = finish
+            data["usageMetadata"] = dict(reply.usage)
+        return b"data: " + json.dumps(data).encode() + b"\r\n\r\n"
+
+    if reply.reasoning:
+        yield chunk([{"text": reply.reasoning, "thought": True}])
+    pieces = _pieces(reply.text, 3) if reply.text else []
+    for piece in pieces[:-1]:
+        yield chunk([{"text": piece}])
+    last = [{"text": pieces[-1]}] if pieces else []
+    last += [{"functionCall": {"name": call.name, "args": dict(call.arguments)}} for call in reply.tool_calls]
+    yield chunk(last, "STOP")
 
 
 def bench_reply(body: Mapping[str, Any]) -> Reply:

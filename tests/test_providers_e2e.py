@@ -3,10 +3,11 @@ the cost is exact, the provider's own report, or flagged unpriced; never a silen
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, gemini_usage, usage
 
 from opencode_gateway import _litellm, run
 from opencode_gateway.opencode.lines import StepFinish
@@ -91,3 +92,29 @@ def test_azure_records_the_model_that_answered_and_prices_it(upstream: ScriptedU
     expected = (600 * prices["input_cost_per_token"] + 400 * prices["cache_read_input_token_cost"]
                 + 50 * prices["output_cost_per_token"])
     assert request.cost.usd == pytest.approx(expected, rel=1e-12)
+
+
+def test_gemini_native_cached_and_thought_tokens_are_priced_exactly(upstream: ScriptedUpstream, workdir: Path,
+                                                                   settings: Settings) -> None:
+    """Gemini's own streamGenerateContent behind litellm's gemini adapter: cached tokens are part of
+    the prompt's count, thoughts are not part of the candidates' (litellm adds them)."""
+    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "greet"})],
+                          reasoning="I should greet.", usage=gemini_usage(9000, 40, thoughts=120)),
+                    Reply(text="Done.", usage=gemini_usage(9500, 10, cached=8000, thoughts=30)))
+    result = run("Say hi with bash", model="gemini/gemini-2.5-flash", api_base=upstream.url.removesuffix("/v1") + "/v1beta",
+                 api_key="gm-test", workdir=workdir, settings=settings)
+    assert result.stop_reason == "done", result.error
+    assert [r["path"] for r in upstream.requests] == ["/v1beta/models/gemini-2.5-flash:streamGenerateContent"] * 2
+    assert not any("cache_control" in json.dumps(r["body"]) for r in upstream.requests)  # not a marker provider
+    first, second = result.requests
+    assert second.usage is not None
+    usage = second.usage
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens, usage.reasoning_tokens) == (
+        9500, 8000, 40, 30)
+    prices = _litellm.load().model_cost["gemini/gemini-2.5-flash"]
+    expected = (1500 * prices["input_cost_per_token"] + 8000 * prices["cache_read_input_token_cost"]
+                + 40 * prices["output_cost_per_token"])  # thoughts at the output price
+    assert second.cost.usd == pytest.approx(expected, rel=1e-12) and second.cost.source == "litellm"
+    assert second.cost.cache_saved == pytest.approx(
+        8000 * (prices["input_cost_per_token"] - prices["cache_read_input_token_cost"]), rel=1e-9)
+    assert first.usage is not None and (first.usage.output_tokens, first.usage.reasoning_tokens) == (160, 120)
