@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -26,3 +27,20 @@ def test_the_benchmark_runs_and_prints(tmp_path: Path) -> None:
     assert {row["kind"] for row in data["throughput"]} == {"ours-gateway", "ours-sdk"}
     assert data["memory"]["requests"] > 0 and data["cli"]["config_s"] > 0
     assert data["serve_session"]["requests"] > 0 and data["serve_session"]["last_rps"] > 0
+
+
+@pytest.mark.e2e
+def test_the_caching_section_prices_the_same_session_three_ways(opencode_bin: str) -> None:
+    """`--only caching`: a team-named group, a claude-named group (the real proxy) and OpenCode alone,
+    each the same ten turns of a scripted Claude; the gateway's booked cost is the session's price."""
+    result = subprocess.run([str(ROOT / "scripts" / "bench"), "--only", "caching"], capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "OPENCODE_BIN": opencode_bin})
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    for group in ("team-coder", "claude-coder"):
+        assert data[group]["stop_reason"] == "done" and data[group]["requests"] == 10
+        assert data[group]["booked"] == pytest.approx(data[group]["cost"], rel=1e-9)
+        assert data[group]["cached_share"] > 0.5 and data[group]["cache_saved"] > 0
+    assert data["opencode alone"]["requests"] == 10
+    assert data["team_over_claude"] == pytest.approx(1.0, abs=0.02)
+    assert data["ours_over_native"] == pytest.approx(1.0, abs=0.05)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from litellm_proxy import LiteLLMProxy
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
+from scripted_upstream import CachingClaude, Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
@@ -70,47 +70,6 @@ def test_without_the_endpoints_markers_a_team_named_claude_group_has_none(
     assert result.stop_reason == "done", result.error
     [call] = [r for r in upstream.requests if r["path"] == "/v1/messages"]
     assert _marked_blocks(call["body"]) == (False, [])
-
-
-class CachingClaude:
-    """A Claude that caches as Anthropic does, closely enough to price a session: a request's
-    prefix up to its last `cache_control` marker (tools, then system, then messages) is written to
-    the cache, and read from it by a later request that starts with the same prefix. Tokens are
-    the JSON's characters over four. Nine turns call bash, the tenth answers."""
-
-    def __init__(self) -> None:
-        self.cached: list[str] = []  # the blocks of the longest prefix written so far
-        self.turns = 0
-
-    def __call__(self, body: dict[str, Any]) -> Reply:
-        blocks = [json.dumps(tool, sort_keys=True) for tool in body.get("tools") or ()]
-        system = body.get("system") or []
-        for block in [{"type": "text", "text": system}] if isinstance(system, str) else system:
-            blocks.append(json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True))
-        marks = [len(blocks) - 1] if isinstance(system, list) and any("cache_control" in b for b in system) else []
-        for message in body["messages"]:
-            content = message["content"]
-            for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
-                blocks.append(json.dumps({"role": message["role"],
-                                          **{k: v for k, v in part.items() if k != "cache_control"}}, sort_keys=True))
-                if "cache_control" in part:
-                    marks.append(len(blocks) - 1)
-        total = sum(map(len, blocks)) // 4
-        shared = 0
-        while shared < min(len(blocks), len(self.cached)) and blocks[shared] == self.cached[shared]:
-            shared += 1
-        read = sum(map(len, blocks[:shared])) // 4 if marks and shared else 0
-        written = 0
-        if marks:
-            prefix = blocks[:max(marks) + 1]
-            written = max(sum(map(len, prefix)) // 4 - read, 0)
-            self.cached = prefix
-        self.turns += 1
-        usage = anthropic_usage(total - read - written, 30, cache_read=read, cache_write=written)
-        if self.turns < 10:
-            return Reply(tool_calls=[ToolCall("bash", {"command": f"echo step {self.turns}",
-                                                      "description": f"step {self.turns}"})], usage=usage)
-        return Reply(text="All ten steps done.", usage=usage)
 
 
 def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_named_group(

@@ -97,7 +97,9 @@ def litellm_price(model: str, usage: Usage) -> float | None:
     if usd is not None:
         return usd
     litellm = _litellm.load()
-    usage_object = litellm.Usage(**dict(usage.raw)) if usage.raw else litellm.Usage(
+    # The raw object in LiteLLM's own (OpenAI) spelling; in Anthropic's, litellm.Usage would read
+    # neither its input nor its output tokens: the normalised counts then.
+    usage_object = litellm.Usage(**dict(usage.raw)) if "prompt_tokens" in usage.raw else litellm.Usage(
         prompt_tokens=usage.input_tokens,
         completion_tokens=usage.output_tokens,
         total_tokens=usage.input_tokens + usage.output_tokens,

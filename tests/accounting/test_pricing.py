@@ -199,3 +199,12 @@ def test_what_caching_saved_is_zero_without_cache_tokens_and_unknown_without_a_p
     assert Pricer().price(Usage(1000, 10), ["self-hosted-qwen"]).cache_saved == 0.0
     assert Pricer().price(CACHED, ["self-hosted-qwen"]).cache_saved is None
     assert Pricer().price(dataclasses.replace(CACHED, reported_cost=0.01), ["litellm_proxy/team-a"]).cache_saved is None
+
+
+def test_a_usage_in_anthropics_spelling_is_priced_whole() -> None:
+    """litellm.Usage reads no tokens of Anthropic's spelling (input_tokens, output_tokens): the
+    output was priced at 0 when that object was passed on."""
+    usage = Usage.from_mapping({"input_tokens": 1000, "output_tokens": 30, "cache_read_input_tokens": 4000,
+                                "cache_creation_input_tokens": 2000})
+    expected = 1000 * 3e-6 + 4000 * 3e-7 + 2000 * 3.75e-6 + 30 * 15e-6  # claude-sonnet-4-5, LiteLLM's map
+    assert Pricer().price(usage, ["anthropic/claude-sonnet-4-5"]).usd == pytest.approx(expected, rel=1e-12)
