@@ -40,12 +40,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _metadata(pairs: Sequence[str], flag: str = "--metadata") -> dict[str, str]:
+def _metadata(pairs: Sequence[str], flag: str = "--metadata", example: str = "ticket=ENG-412") -> dict[str, str]:
     metadata = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SettingsError(f"{flag} {pair!r} is not KEY=VALUE (e.g. {flag} ticket=ENG-412)")
+            raise SettingsError(f"{flag} {pair!r} is not KEY=VALUE (e.g. {flag} {example})")
         metadata[key.strip()] = value
     return metadata
 
@@ -95,6 +95,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             changes[setting.name] = _FROM_FILE[setting.name](given)
         elif setting.name == "metadata":
             changes["metadata"] = {**base.metadata, **_metadata(given)}
+        elif setting.name == "routes":
+            changes["routes"] = {**base.routes, **_metadata(given, "--route", "compaction=openai/gpt-4.1")}
         elif isinstance(given, list):
             changes[setting.name] = (*getattr(base, setting.name), *map(_PATHS.get(setting.name, str), given))
         else:
@@ -169,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from .opencode.config import build_config
+    from .opencode.config import build_config, known_models
 
     settings = _settings(args)
     if not settings.model:
@@ -179,6 +181,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         small_model=settings.small_model, mcp=settings.mcp,
         permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
         user_config=settings.opencode_config,
+        known=known_models(settings.pricing, settings.model, settings.small_model),
     )
     text = json.dumps(config, indent=2) + "\n"
     if args.out:
@@ -415,6 +418,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
     parser.add_argument("--small-model", metavar="MODEL", help="model of OpenCode's background calls (titles, "
                         "summaries), e.g. a cheap group (default: -m)")
+    parser.add_argument("--route", dest="routes", action="append", default=[], metavar="PURPOSE=MODEL",
+                        help="send OpenCode's title, summary or compaction calls to MODEL, whatever OpenCode asks "
+                        "for (a summary's or compaction's model must take as much input as -m); repeatable")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     parser.add_argument("--permissions", metavar="MODE",
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: the agent's own; "

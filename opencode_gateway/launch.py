@@ -31,6 +31,7 @@ from .errors import SettingsError
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
 from .opencode.gitguard import GitControl
+from .opencode.purpose import routed_model
 from .opencode.sandbox import resolve_sandbox
 from .opencode.workspace import Workspace
 from .settings import RunSettings, Settings, check_attribution
@@ -76,10 +77,9 @@ class Launch:
         budget = Budget.from_setting("budget", data.get("budget") or {})
         return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget, model, small_model or None)
 
-    def route(self, requested: Any) -> str:
-        """The model a request of this launch goes to: its small model when it names that, else the
-        launch's model (as a run routes its requests: runner._routed)."""
-        return self.small_model if self.small_model is not None and requested == self.small_model else self.model
+    def route(self, requested: Any, purpose: str, routes: Mapping[str, str]) -> str:
+        """The model a request of this launch goes to (`routes`: the server's per purpose)."""
+        return routed_model(requested, purpose, model=self.model, small_model=self.small_model, routes=routes)
 
 
 def _paths(data_dir: Path) -> tuple[Path, Path]:

@@ -26,6 +26,8 @@ __all__ = ["PER_RUN", "TASK_OPTIONS", "RunOptions", "shows_options", "task_kinds
 class RunOptions(TypedDict, total=False):
     """model: `litellm_proxy/<group>` (a LiteLLM gateway's model group) or any LiteLLM model string.
     small_model: the model of OpenCode's background calls (titles, summaries); default: model.
+    routes: {purpose: model} for OpenCode's background calls (title, summary, compaction),
+        whatever model they ask for.
     api_base, api_key: the gateway and its virtual key, or the provider's in SDK mode.
     workdir: where OpenCode works (default: the current folder).
     permissions: "read-only", "edit" or "full"; disable_tools: tool names to switch off; agent.
@@ -46,6 +48,7 @@ class RunOptions(TypedDict, total=False):
     api_base: str | None
     api_key: str | None
     small_model: str | None
+    routes: Mapping[str, str]
     workdir: str | os.PathLike[str]
     permissions: str | None
     disable_tools: Sequence[str]

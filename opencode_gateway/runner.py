@@ -46,6 +46,7 @@ from .opencode.binary import find_opencode
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, ProcessExit, opencode_retries, run_argv
+from .opencode.purpose import routed_model
 from .opencode.sandbox import resolve_sandbox
 from .opencode.sessions import prune_sessions, session_directory
 from .opencode.skills import Skill, load_skills
@@ -268,23 +269,23 @@ def _silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
 
 
 def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
-    """Where a run's requests go: the run's model, and the small model of OpenCode's background
-    calls if it is another."""
+    """Where a run's requests go: the run's model, the small model of OpenCode's background calls
+    if it is another, and each purpose's route (`routes`)."""
     from .endpoint.app import Target
     from .endpoint.upstream import upstream_for
 
-    return {model: Target(model, upstream_for(settings, model), tagging, account)
-            for model in dict.fromkeys((settings.model, settings.small_model or settings.model))}
+    models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
+    return {model: Target(model, upstream_for(settings, model), tagging, account) for model in dict.fromkeys(models)}
 
 
-def _routed(targets: Mapping[str, Target], model: str) -> Target | Targeting:
-    """The endpoint's target: the one model's, or, with a small model too, the requested one's (a
-    request naming any other model goes to the run's model, as if it had named it)."""
+def _routed(targets: Mapping[str, Target], settings: RunSettings) -> Target | Targeting:
+    """The endpoint's target: the one model's, or the one each request is routed to (purpose.py)."""
     if len(targets) == 1:
-        return targets[model]
+        return targets[settings.model]
 
-    def target(headers: Mapping[str, str], requested: Any) -> Target:
-        return targets.get(requested, targets[model]) if isinstance(requested, str) else targets[model]
+    def target(headers: Mapping[str, str], requested: Any, purpose: str) -> Target:
+        return targets[routed_model(requested, purpose, model=settings.model, small_model=settings.small_model,
+                                    routes=settings.routes)]
 
     return target
 
@@ -509,7 +510,7 @@ class _Run:
 
             targets.update(_targets(settings, tagging, self.account))
             server.app = create_app(Endpoint(
-                token=token, target=_routed(targets, settings.model),
+                token=token, target=_routed(targets, settings),
                 secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
                 on_retry=self.retrying, on_text=self.streamed if self.deltas else None, keep_answers=True,

@@ -46,7 +46,7 @@ from .credentials import token_digest
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
 from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
-from .settings import Settings
+from .settings import Settings, check_routes
 
 __all__ = ["SessionRouter", "serve", "server_app"]
 
@@ -126,11 +126,11 @@ class SessionRouter:
             self.upstreams[model] = upstream_for(self.settings, model)
         return self.upstreams[model]
 
-    def target(self, headers: Mapping[str, str], requested: Any) -> Target:
-        """The request's session run and model: the launch's model, or its small model when the
-        request names that; whatever else it names is not forwarded anywhere."""
+    def target(self, headers: Mapping[str, str], requested: Any, purpose: str) -> Target:
+        """The request's session run and model: its purpose's route, the launch's model, or its
+        small model when the request names that; whatever else it names is not forwarded anywhere."""
         launch = self.launches[token_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
-        model = launch.route(requested)
+        model = launch.route(requested, purpose, self.settings.routes)
         self.upstream(model)  # a model that cannot be served opens no run
         key = (launch.launch_id, headers.get("x-session-id") or None)
         run = self.sessions.get(key)
@@ -172,6 +172,7 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
             return not_admin()
         try:
             launch = Launch.from_request(json.loads(await request.body()), settings.tag_metadata_keys)
+            check_routes(launch.model, settings.routes)  # the server's routes, against this launch's model
         except (ValueError, SettingsError) as exc:
             return error_response(f"invalid launch: {exc}", 400, "invalid_request_error")
         return JSONResponse({"token": router.mint(launch), "launch_id": launch.launch_id})
@@ -202,6 +203,7 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
     else:
         raise SettingsError(f"an opencode-gateway server already runs at {running.url} (pid {running.pid}) for "
                             f"{settings.data_dir}: use it, or stop it first")
+    check_routes("", settings.routes)  # what each route says (each launch's model is checked as it comes)
     token_file = server_token(settings.data_dir)
     ledger = Ledger(settings.ledger_path)
     admin_token = token_file.read_text().strip()

@@ -27,6 +27,7 @@ from .errors import SettingsError
 from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
 
 __all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
+           "check_routes",
            "default_data_dir", "json_kinds", "load_settings", "load_yaml"]
 
 PERMISSION_MODES = ("read-only", "edit", "full")
@@ -103,6 +104,8 @@ class Settings:
     estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
     # Per model or group: how its backend caches prompts, "markers", "key" or "off" (endpoint/caching.py)
     prompt_caching: Mapping[str, str] = field(default_factory=_frozen)
+    # Per background purpose (title, summary, compaction): the model it goes to (opencode/purpose.py)
+    routes: Mapping[str, str] = field(default_factory=_frozen)
     tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
     max_cost: float | None = None  # USD per run
     max_requests: int | None = None  # upstream calls per run
@@ -171,7 +174,7 @@ class Settings:
                                         for model, value in dict(given["pricing"]).items()})
         if "budgets" in given:
             given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-        for name in ("metadata", "opencode_config", "mcp", "prompt_caching"):
+        for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes"):
             if name in given:
                 given[name] = _frozen(given[name])
         for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
@@ -245,7 +248,8 @@ class RunSettings(Settings):
 
 def _check(settings: RunSettings) -> None:
     """What validated() checks once the environment is read."""
-    for model in filter(None, (settings.model, settings.small_model)):
+    check_routes(settings.model, settings.routes)
+    for model in filter(None, (settings.model, settings.small_model, *settings.routes.values())):
         if mode_of(model) != "gateway":
             continue
         if model == GATEWAY_PREFIX:
@@ -280,6 +284,28 @@ def _check(settings: RunSettings) -> None:
     settings.passed_env()
     for name, server in settings.mcp.items():
         _check_mcp(name, server)
+
+
+def check_routes(model: str, routes: Mapping[str, str]) -> None:
+    """Each route names a background purpose and a model; a summary or compaction carries the
+    whole conversation, so its model must take at least as much input as the run's model, where
+    LiteLLM's map knows both (a gateway group's window only the gateway knows)."""
+    from .accounting.price_map import context_window
+    from .opencode.purpose import BACKGROUND
+
+    for purpose, target in routes.items():
+        if purpose not in BACKGROUND:
+            raise SettingsError(f"routes.{purpose}: no such purpose; routes are for {', '.join(BACKGROUND)}")
+        if not isinstance(target, str) or not target.strip():
+            raise SettingsError(f"routes.{purpose} must name a model, e.g. {purpose}: openai/gpt-4o-mini")
+        if purpose == "title":
+            continue
+        needed, window = context_window(model), context_window(target)
+        if needed is not None and window is not None and window[0] < needed[0]:
+            raise SettingsError(
+                f"routes.{purpose}: {target} takes {window[0]:,} input tokens, fewer than {model}'s {needed[0]:,}; a "
+                f"{purpose} request carries the whole conversation: route it to a model with at least that "
+                "window, or drop the route (it then goes where OpenCode sends it)")
 
 
 def _check_mcp(name: str, server: Any) -> None:

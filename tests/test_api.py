@@ -86,12 +86,26 @@ def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_t
     from opencode_gateway.runner import _routed, _targets
 
     settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano").validated()
-    targets = _targets(settings, Tagging(), RunAccount())
-    route = _routed(targets, settings.model)
+    route = _routed(_targets(settings, Tagging(), RunAccount()), settings)
     assert callable(route)
-    assert route({}, "openai/gpt-4.1-nano").upstream.model == "openai/gpt-4.1-nano"
+    assert route({}, "openai/gpt-4.1-nano", "title").upstream.model == "openai/gpt-4.1-nano"
     for other in ("openai/gpt-4o-mini", "anthropic/claude-opus-4", None, 42):
-        assert route({}, other).model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
+        assert route({}, other, "main").model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
     alone = _routed(_targets(Settings(model="openai/gpt-4o-mini").validated(), Tagging(), RunAccount()),
-                    "openai/gpt-4o-mini")
+                    Settings(model="openai/gpt-4o-mini").validated())
     assert isinstance(alone, Target) and alone.model == "openai/gpt-4o-mini"
+
+
+def test_a_purposes_route_takes_its_calls_whatever_model_they_name() -> None:
+    from opencode_gateway.accounting.run import RunAccount
+    from opencode_gateway.endpoint.tagging import Tagging
+    from opencode_gateway.runner import _routed, _targets
+
+    settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano",
+                        routes={"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}).validated()
+    route = _routed(_targets(settings, Tagging(), RunAccount()), settings)
+    assert callable(route)
+    assert route({}, "openai/gpt-4o-mini", "compaction").model == "openai/gpt-4.1"
+    assert route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o"
+    assert route({}, "openai/gpt-4.1-nano", "summary").model == "openai/gpt-4.1-nano"  # no route: as OpenCode sent it
+    assert route({}, "openai/gpt-4.1", "main").model == "openai/gpt-4o-mini"  # a route is no model to pick

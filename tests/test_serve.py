@@ -242,6 +242,42 @@ async def test_only_the_launchs_model_and_small_model_are_forwarded(gateway: res
     assert models == ["team-a", "team-a", "team-a", "team-small", "team-a"]
 
 
+async def test_the_servers_routes_take_each_launchs_background_calls(gateway: respx.MockRouter,
+                                                                      tmp_path: Path) -> None:
+    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path,
+                        routes={"compaction": "litellm_proxy/team-big"})
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
+        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+    ledger = Ledger(settings.ledger_path)
+    app, router = server_app(settings, ledger, TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
+        token = await mint(client, Launch(model="litellm_proxy/team-a"))
+        compaction = {"model": "litellm_proxy/team-a", "stream": True, "messages": [
+            {"role": "system", "content": "You are a context summarization agent. ..."},
+            {"role": "user", "content": "the conversation"}]}
+        compacted = await client.post("/v1/chat/completions", json=compaction,
+                                      headers={"authorization": f"Bearer {token}", "x-session-id": "ses_a"})
+        turn = await chat(client, "ses_a", token, model="litellm_proxy/team-big")
+    router.close()
+    for upstream in router.upstreams.values():
+        await upstream.aclose()
+    ledger.close()
+    assert (compacted.status_code, turn.status_code) == (200, 200)
+    models = [json.loads(request.content)["model"] for request in forwarded(gateway)]
+    assert models == ["team-big", "team-a"]  # a turn naming the route's model still goes to the launch's
+
+
+async def test_a_launch_whose_model_a_route_cannot_serve_is_refused(tmp_path: Path) -> None:
+    settings = Settings(api_base=GATEWAY, data_dir=tmp_path, routes={"compaction": "openai/gpt-3.5-turbo"})
+    ledger = Ledger(settings.ledger_path)
+    app, _ = server_app(settings, ledger, TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
+        response = await client.post("/launches", headers=ADMIN, json={"model": "openai/gpt-4o-mini"})
+    ledger.close()
+    assert response.status_code == 400
+    assert "routes.compaction: openai/gpt-3.5-turbo takes 16,385 input tokens" in response.json()["error"]["message"]
+
+
 async def test_a_launch_names_its_model(client: httpx.AsyncClient) -> None:
     response = await client.post("/launches", headers=ADMIN, json={"metadata": {"ticket": "ENG-1"}})
     assert response.status_code == 400 and "a launch names its model" in response.json()["error"]["message"]

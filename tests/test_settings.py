@@ -186,3 +186,35 @@ def test_an_mcp_server_is_checked_before_a_run(server: dict, message: str) -> No
 def test_prompt_caching_is_set_per_model_or_group_and_checked() -> None:
     with pytest.raises(SettingsError, match="prompt_caching.team-coder is 'yes': use markers"):
         Settings(model="m").replace(prompt_caching={"team-coder": "yes"}).validated()
+
+
+@pytest.mark.parametrize(("routes", "message"), [
+    ({"turns": "openai/gpt-4.1"}, "routes.turns: no such purpose; routes are for title, summary, compaction"),
+    ({"title": ""}, "routes.title must name a model"),
+    # gpt-3.5-turbo takes 16,385 input tokens, gpt-4o-mini 128,000 (LiteLLM's map).
+    ({"compaction": "openai/gpt-3.5-turbo"}, "routes.compaction: openai/gpt-3.5-turbo takes 16,385 input tokens, "
+                                             "fewer than openai/gpt-4o-mini's 128,000"),
+    ({"summary": "openai/gpt-3.5-turbo"}, "routes.summary: .* fewer than"),
+    ({"compaction": "litellm_proxy/team-big"}, "no gateway URL is set"),
+])
+def test_routes_name_a_background_purpose_and_a_model_with_the_window_it_needs(routes: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings(model="openai/gpt-4o-mini", routes=routes).validated()
+
+
+def test_a_route_whose_window_is_large_enough_or_unknown_is_taken() -> None:
+    routes = {"title": "openai/gpt-3.5-turbo", "compaction": "openai/gpt-4.1", "summary": "litellm_proxy/team-big"}
+    settings = Settings(model="openai/gpt-4o-mini", api_base="http://gateway", routes=routes).validated()
+    assert dict(settings.routes) == routes  # a title is small; a gateway group's window only the gateway knows
+
+
+def test_routes_come_from_the_file_and_the_flags(tmp_path: Path) -> None:
+    from opencode_gateway.cli import _settings, build_parser
+
+    path = tmp_path / "config.yaml"
+    path.write_text("routes:\n  compaction: openai/gpt-4.1\n  title: openai/gpt-4.1-nano\n")
+    args = build_parser().parse_args(["run", "-m", "openai/gpt-4o-mini", "--config", str(path),
+                                      "--route", "title=openai/gpt-4o", "hi"])
+    assert dict(_settings(args).routes) == {"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}
+    with pytest.raises(SettingsError, match="--route 'title' is not KEY=VALUE"):
+        _settings(build_parser().parse_args(["run", "-m", "m", "--route", "title", "hi"]))

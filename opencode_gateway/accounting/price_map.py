@@ -23,7 +23,7 @@ from typing import Any
 
 from .usage import Usage
 
-__all__ = ["PROVIDERS", "entry_cost", "map_price", "price_map"]
+__all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "price_map"]
 
 _MAP_FILE = "model_prices_and_context_window_backup.json"
 # Prices that apply only to what this gateway never asks for (a service tier, the batch API, web
@@ -66,11 +66,8 @@ _PROXY_PREFIX = "litellm_proxy/"  # litellm prices a gateway's `litellm_proxy/<m
 
 
 @functools.cache
-def price_map() -> Mapping[str, Mapping[str, Any]] | None:
-    """The plain entries of the bundled map, by every name litellm resolves to them; None when
-    this process must ask litellm instead (see the module's docstring)."""
-    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true":
-        return None
+def _bundled() -> Mapping[str, Any] | None:
+    """The bundled map file's entries as written; None without litellm or its file."""
     spec = importlib.util.find_spec("litellm")  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -78,6 +75,33 @@ def price_map() -> Mapping[str, Mapping[str, Any]] | None:
     try:
         entries = json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+    return entries if isinstance(entries, dict) else None
+
+
+def context_window(model: str) -> tuple[int, int | None] | None:
+    """The most input tokens `model` takes and the most it writes (`max_input_tokens` and
+    `max_output_tokens` in LiteLLM's map), by the model string or, for a provider litellm knows
+    bare names of, its bare name; None when not known (a gateway's group: only the gateway knows
+    its deployments)."""
+    entries = _bundled() or {}
+    provider, _, bare = model.partition("/")
+    for name in (model, bare if provider in _BARE else None):
+        entry = entries.get(name) if name else None
+        if isinstance(entry, dict) and isinstance(entry.get("max_input_tokens"), int):
+            output = entry.get("max_output_tokens")
+            return int(entry["max_input_tokens"]), int(output) if isinstance(output, int) else None
+    return None
+
+
+@functools.cache
+def price_map() -> Mapping[str, Mapping[str, Any]] | None:
+    """The plain entries of the bundled map, by every name litellm resolves to them; None when
+    this process must ask litellm instead (see the module's docstring)."""
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True").lower() != "true":
+        return None
+    entries = _bundled()
+    if entries is None:
         return None
     names: dict[str, Mapping[str, Any]] = {}
     for key, entry in entries.items():

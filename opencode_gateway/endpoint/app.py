@@ -73,8 +73,9 @@ class Target:
     account: RunAccount  # where records go; it admits each call (budgets)
 
 
-# Chooses the target of one request from its headers and its body's `model`; raises BadRequest.
-Targeting = Callable[[Mapping[str, str], Any], Target]
+# Chooses the target of one request from its headers, its body's `model` and what it is for
+# (opencode/purpose.py); raises BadRequest.
+Targeting = Callable[[Mapping[str, str], Any, str], Target]
 
 
 @dataclass(frozen=True)
@@ -223,12 +224,12 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
             return body
         if endpoint.checked is not None and (refused := await endpoint.checked()) is not None:
             return error_response(refused, 403, "preflight_failed")
+        purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         try:
             target = (endpoint.target if isinstance(endpoint.target, Target)
-                      else endpoint.target(request.headers, body.get("model")))
+                      else endpoint.target(request.headers, body.get("model"), purpose))
         except BadRequest as exc:
             return error_response(str(exc), 400, "invalid_request_error")
-        purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         body = _forwarded(body, target)
         stream = bool(body.get("stream"))
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)

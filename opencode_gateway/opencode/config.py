@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..accounting.price_map import context_window
+from ..accounting.pricing import Price, per_million
 from ..errors import ConfigConflict, SettingsError
 from ..settings import check_permissions
 
@@ -24,6 +26,7 @@ __all__ = [
     "build_env",
     "check_agent",
     "check_user_config",
+    "known_models",
     "make_private_dirs",
     "opencode_model",
     "permission_rules",
@@ -168,15 +171,16 @@ def build_config(
     instructions: Sequence[str] = (),
     readable_dirs: Sequence[str] = (),
     mcp: Mapping[str, Any] | None = None,
-    costs: Mapping[str, Mapping[str, float]] | None = None,
+    known: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
     reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
     to the system prompt, after any the user's config lists. `small_model` takes OpenCode's
-    background calls (titles, summaries); the run's model takes them without it. `costs`: a
-    model's prices where known (USD per million tokens), so OpenCode's own displays show what the
-    ledger says."""
-    costs = costs or {}
+    background calls (titles, summaries); the run's model takes them without it. `known`: what is
+    known of a model, in OpenCode's shape: its `cost` (USD per million tokens), so OpenCode's own
+    displays show what the ledger says, and its `limit` (context and output tokens), without which
+    OpenCode never compacts a conversation before the provider refuses it."""
+    known = known or {}
     user_config = user_config or {}
     check_user_config(user_config)
     managed = {
@@ -185,8 +189,7 @@ def build_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
                 "options": {"baseURL": base_url, "apiKey": api_key_ref},
-                "models": {name: {"name": name, **({"cost": dict(costs[name])} if name in costs else {})}
-                           for name in dict.fromkeys((model, small_model or model))},
+                "models": {name: {"name": name, **known.get(name, {})} for name in dict.fromkeys((model, small_model or model))},
             }
         },
         "enabled_providers": [PROVIDER_ID],
@@ -262,3 +265,24 @@ def seed_config_dir(config_home: Path) -> None:
     (opencode_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
     (opencode_dir / "package-lock.json").write_text(json.dumps(lock))
     (package_dir / "package.json").write_text(json.dumps({"name": "@opencode-ai/plugin", "version": OPENCODE_VERSION}))
+
+
+# What OpenCode sends as max_tokens when a model's output limit is not given: kept as the cap, so a
+# model that may write more is not reserved (budgets) at more than OpenCode asked for before.
+_OPENCODE_OUTPUT = 32_000
+
+
+def known_models(pricing: Mapping[str, Price], *models: str | None) -> dict[str, dict[str, Any]]:
+    """What build_config's `known` may say of each model: its prices (the settings' or LiteLLM's)
+    and its window (LiteLLM's map; a gateway group's is the gateway's, not known here)."""
+    known: dict[str, dict[str, Any]] = {}
+    for model in filter(None, models):
+        facts: dict[str, Any] = {}
+        cost = per_million(model, pricing)
+        if cost is not None:
+            facts["cost"] = cost
+        window = context_window(model)
+        if window is not None:
+            facts["limit"] = {"context": window[0], "output": min(window[1] or _OPENCODE_OUTPUT, _OPENCODE_OUTPUT)}
+        known[model] = facts
+    return known

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PURPOSES", "request_purpose"]
+__all__ = ["BACKGROUND", "PURPOSES", "request_purpose", "routed_model"]
 
 PURPOSES = ("main", "title", "summary", "compaction")
+BACKGROUND = PURPOSES[1:]  # what a `routes:` setting may send elsewhere
 _SYSTEM_PROMPTS = (("title", "You are a title generator"), ("compaction", "You are a context summarization agent"))
 _SUMMARY_INSTRUCTION = "Summarize what was done in this conversation"
 
@@ -48,3 +49,12 @@ def request_purpose(body: Mapping[str, Any]) -> str:
     if users and _text(users[-1].get("content")).lstrip().startswith(_SUMMARY_INSTRUCTION):
         return "summary"
     return "main"
+
+
+def routed_model(requested: Any, purpose: str, *, model: str, small_model: str | None,
+                 routes: Mapping[str, str]) -> str:
+    """The model a request goes to: its purpose's route, else the small model when the request
+    names that, else the run's model (whatever else it names: a request never picks a model)."""
+    if purpose in routes:
+        return routes[purpose]
+    return small_model if small_model is not None and requested == small_model else model

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..accounting.pricing import per_million
 from ..settings import RunSettings
 from . import config as oc_config
 from .gitguard import GitControl
@@ -68,8 +67,7 @@ class Workspace:
             small_model=settings.small_model,
             permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
             user_config=settings.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
-            mcp=settings.mcp, costs={model: cost for model in filter(None, (settings.model, settings.small_model))
-                                     if (cost := per_million(model, settings.pricing)) is not None},
+            mcp=settings.mcp, known=oc_config.known_models(settings.pricing, settings.model, settings.small_model),
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config
@@ -97,3 +95,4 @@ class Workspace:
         confined = sandbox.wrap(argv, workdir=workdir, private_dir=self.private, data_home=self.data_home, port=port,
                                 socket_path=socket_path, seccomp_fd=fd, new_session=new_session, git=git)
         return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp
+

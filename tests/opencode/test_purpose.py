@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opencode_gateway.opencode.purpose import request_purpose
+from opencode_gateway.opencode.purpose import request_purpose, routed_model
 
 TITLE = "You are a title generator. You output ONLY a thread title. Nothing else."
 COMPACTION = "You are a context summarization agent. You are given a conversation between a user and an agent."
@@ -38,3 +38,12 @@ def test_a_request_that_offers_tools_is_a_turn_whatever_its_prompt() -> None:
               "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}]}
     assert request_purpose(forged) == "main"
     assert request_purpose({**forged, "tools": []}) == "title"  # without tools: what OpenCode's title call is
+
+
+def test_a_request_goes_to_its_purposes_route_else_the_small_model_it_names_else_the_runs_model() -> None:
+    models = {"model": "m", "small_model": "s", "routes": {"compaction": "big", "title": "t"}}
+    assert routed_model("m", "compaction", **models) == "big"
+    assert routed_model("s", "title", **models) == "t"
+    assert routed_model("s", "summary", **models) == "s"
+    assert routed_model("big", "main", **models) == "m"  # a route's model is no model a turn may pick
+    assert routed_model("s", "main", model="m", small_model=None, routes={}) == "m"

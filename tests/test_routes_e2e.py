@@ -1,0 +1,51 @@
+"""Where OpenCode's background calls go, with the real OpenCode: the generated config gives it the
+model's window (LiteLLM's map), so it compacts a conversation before the provider refuses it, and
+a `routes:` setting sends that compaction (or a title, or a summary) to the model it names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+from opencode_gateway import run
+from opencode_gateway.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+
+def _compacting(body: dict[str, Any]) -> bool:
+    system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+    return "You are a context summarization agent" in json.dumps(system)
+
+
+def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpt-4o-mini takes 128,000 input tokens: a turn that used 120,000 makes OpenCode compact
+    before its next turn, and the compaction goes to gpt-4.1 (1M tokens), not to the run's model."""
+    turns: list[str] = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if _compacting(body):
+            turns.append("compaction")
+            return Reply(text="We listed the files; next: answer.", usage=usage(2000, 30))
+        turns.append("turn")
+        if len(turns) == 1:
+            return Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list"})],
+                         usage=usage(120_000, 20))
+        return Reply(text="Done.", usage=usage(3000, 5))
+
+    monkeypatch.setattr(upstream, "fallback", answer)
+    result = run("List the files, then say done", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x",
+                 workdir=workdir, settings=settings.replace(routes={"compaction": "openai/gpt-4.1"}))
+    assert result.stop_reason == "done", result.error
+    assert "compaction" in turns, turns
+    by_purpose = {r.purpose: r for r in result.requests}
+    assert by_purpose["compaction"].model == "openai/gpt-4.1"
+    assert by_purpose["main"].model == "openai/gpt-4o-mini"
+    sent = [(r["body"]["model"], _compacting(r["body"])) for r in upstream.requests]
+    assert ("gpt-4.1", True) in sent and all(model == "gpt-4o-mini" for model, compacting in sent if not compacting)
