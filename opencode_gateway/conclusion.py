@@ -59,6 +59,9 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     caller raises it)."""
     stop_reason, error = _ending(happened)
     usage, cost, warnings = totals(happened.records)
+    if _compacted_after_overflow(happened.events, happened.records):
+        warnings = (*warnings, "the conversation outgrew the model's context window; OpenCode compacted it and went "
+                    "on (a window OpenCode is told, where LiteLLM's map knows it, lets it compact before that)")
     # The answer is what the model sent through the endpoint: OpenCode's output can be written to by
     # the agent (a plugin's code runs in OpenCode, a tool can open its stdout through /proc).
     relayed = relayed_text(happened.records)
@@ -94,11 +97,25 @@ def _ending(happened: Happened) -> tuple[str, GatewayError | None]:
     return ("done", None) if error is None else ("error", error)
 
 
+def _compacted_after_overflow(events: Sequence[Event], records: Sequence[RequestRecord]) -> bool:
+    """OpenCode's own recovery from a provider's context overflow: its only errors say so, it then
+    compacted the conversation, and the turns after the compaction succeeded. OpenCode exits 1
+    all the same; the run is done."""
+    errors = [e for e in events if isinstance(e, Error)]
+    if not errors or any(e.name != "ContextOverflowError" for e in errors):
+        return False
+    compactions = [i for i, r in enumerate(records) if r.purpose == "compaction" and r.ok]
+    after = records[compactions[-1] + 1:] if compactions else ()
+    return any(r.purpose == "main" for r in after) and all(r.ok for r in after)
+
+
 def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit: ProcessExit,
                fatal: RequestRecord | None) -> GatewayError | None:
     if fatal is not None:
         return UpstreamError(fatal.error or f"upstream answered HTTP {fatal.status_code}",
                              status_code=fatal.status_code)
+    if _compacted_after_overflow(events, records):
+        return None
     error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
     failed = next((r for r in reversed(records) if not r.ok), None)
     if error_event is not None:

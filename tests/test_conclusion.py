@@ -118,3 +118,29 @@ def test_the_turn_cap_ends_it_as_max_turns_keeping_the_text_so_far() -> None:
                                exit=ProcessExit(None, "", False, True)))
     assert result.stop_reason == "max_turns" and isinstance(result.error, TurnLimitReached)
     assert result.text == "Done." and not result.ok
+
+
+OVERFLOW = Error("ses_1", name="ContextOverflowError", message="maximum context length", status_code=400)
+
+
+def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning() -> None:
+    """OpenCode answers a provider's context overflow by compacting the conversation and going on,
+    and exits 1 all the same (the real OpenCode, tried in tests/test_routes_e2e.py)."""
+    records = (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None),
+               builders.record("r3", purpose="compaction"), builders.record("r4"))
+    result = conclude(happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]),
+                               exit=ProcessExit(1, "", timed_out=False, stopped=False)))
+    assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
+    assert any("OpenCode compacted it and went on" in warning for warning in result.warnings)
+
+
+@pytest.mark.parametrize("records", [
+    # no compaction after the overflow; a compaction but no turn after it; a turn after it failed
+    (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None)),
+    (builders.record("r2", status=400, error="too long", usage=None), builders.record("r3", purpose="compaction")),
+    (builders.record("r3", purpose="compaction"), builders.record("r4", status=400, error="too long", usage=None)),
+])
+def test_an_overflow_that_was_not_compacted_away_is_an_error(records: tuple[RequestRecord, ...]) -> None:
+    result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW),
+                               exit=ProcessExit(1, "", timed_out=False, stopped=False)))
+    assert result.stop_reason == "error" and result.error is not None

@@ -49,3 +49,31 @@ def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
     assert by_purpose["main"].model == "openai/gpt-4o-mini"
     sent = [(r["body"]["model"], _compacting(r["body"])) for r in upstream.requests]
     assert ("gpt-4.1", True) in sent and all(model == "gpt-4o-mini" for model, compacting in sent if not compacting)
+
+
+def test_a_provider_that_refuses_an_overflowing_prompt_is_compacted_after_and_the_run_is_done(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose window nobody told OpenCode: the provider's 400 context_length_exceeded makes
+    OpenCode compact and go on (it exits 1 all the same; the run ended as an error before)."""
+    turns: list[str] = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if _compacting(body):
+            turns.append("compaction")
+            return Reply(text="Summary.", usage=usage(2000, 30))
+        turns.append("turn")
+        if len(turns) == 1:
+            return Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list"})], usage=usage(1000, 20))
+        if len(turns) == 2:
+            return Reply(status=400, error="This model's maximum context length is 1000 tokens. However, your "
+                                           "messages resulted in 5000 tokens. context_length_exceeded")
+        return Reply(text="Done.", usage=usage(3000, 5))
+
+    monkeypatch.setattr(upstream, "fallback", answer)
+    prices = {"openai/in-house-model": {"input_cost_per_million": 1.0, "output_cost_per_million": 2.0}}
+    result = run("List the files, then say done", model="openai/in-house-model", api_base=upstream.url,
+                 api_key="sk-x", workdir=workdir, settings=settings.replace(pricing=prices))
+    assert turns == ["turn", "turn", "compaction", "turn"]
+    assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
+    assert any("OpenCode compacted it" in warning for warning in result.warnings)
