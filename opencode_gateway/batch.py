@@ -147,24 +147,35 @@ class Batch:
 
 
 class Progress:
-    """The batch's state on stderr: a line redrawn in place on a terminal, plain lines otherwise."""
+    """The batch's state on stderr: on a terminal, a live table of the running tasks under the
+    finished ones (console.py); plain lines otherwise."""
 
     def __init__(self, batch: Batch, total: int, concurrency: int, out: TextIO = sys.stderr,
                  live: bool | None = None) -> None:
         self.batch, self.total, self.concurrency, self.out = batch, total, concurrency, out
         self.live = out.isatty() if live is None else live
         self.running: dict[str, RequestFinished | None] = {}  # task -> its latest request's totals
+        self.requests: dict[str, int] = {}  # task -> its requests so far
+        self.since: dict[str, float] = {}  # task -> when it started (monotonic)
         self.outcomes: list[Outcome] = []
         self.durations: list[float] = []
+        self._view: Any = None  # console.BatchView, imported (rich) only for a terminal
+        if self.live:
+            from .console import BatchView
+
+            self._view = BatchView(out, self)
 
     def started(self, task_id: str) -> None:
         self.running[task_id] = None
+        self.requests[task_id] = 0
+        self.since[task_id] = time.monotonic()
         if not self.live:
             self._print(f"{task_id}: started")
 
     def event(self, task_id: str, event: Event) -> None:
         if isinstance(event, RequestFinished):
             self.running[task_id] = event
+            self.requests[task_id] = self.requests.get(task_id, 0) + 1
 
     def finished(self, outcome: Outcome, duration: float) -> None:
         self.running.pop(outcome.task_id, None)
@@ -173,7 +184,8 @@ class Progress:
         result = outcome.result
         if result is not None:
             cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
-            detail = f"{result.usage.requests} requests · {cost}"
+            requests = result.usage.requests
+            detail = f"{requests} request{'s' if requests != 1 else ''} · {cost}"
         else:
             detail = str(outcome.error)
         status = "done" if outcome.ok else f"FAILED ({result.stop_reason if result else 'error'})"
@@ -194,19 +206,19 @@ class Progress:
         return (f"batch {self.batch.batch_id}: {done}/{self.total} done · {failed} failed · {len(self.running)} "
                 f"running · {tokens:,} tokens · {cost}{eta}")
 
-    def redraw(self) -> None:
-        if self.live:
-            self.out.write("\r\x1b[K" + self.line())
-            self.out.flush()
-
     def _print(self, text: str) -> None:
-        self.out.write(("\r\x1b[K" if self.live else "") + text + "\n" + ("" if self.live else self.line() + "\n"))
-        self.redraw()
+        if self._view is not None:
+            self._view.print(text)
+        else:
+            self.out.write(text + "\n" + self.line() + "\n")
+
+    def open(self) -> None:
+        if self._view is not None:
+            self._view.start()
 
     def close(self) -> None:
-        if self.live:
-            self.out.write("\r\x1b[K")
-            self.out.flush()
+        if self._view is not None:
+            self._view.stop()
 
 
 def _cost_total(costs: Sequence[float | None]) -> str:
@@ -223,8 +235,9 @@ def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
     return options
 
 
-def summary(outcomes: Sequence[Outcome]) -> str:
-    """One row per task and a total: what a person reads when the batch is over."""
+def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
+    """One row per task and a total (its seconds: the batch's wall time, `wall_s`, not the sum of
+    its tasks'): what a person reads when the batch is over."""
     rows = []
     for outcome in outcomes:
         result = outcome.result
@@ -239,8 +252,7 @@ def summary(outcomes: Sequence[Outcome]) -> str:
     ok = sum(o.ok for o in outcomes)
     rows.append([f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)", "", str(sum(r.usage.requests for r in results)),
                  f"{sum(r.usage.input_tokens for r in results):,}", f"{sum(r.usage.output_tokens for r in results):,}",
-                 _cost_total(costs),
-                 f"{sum(r.duration_s for r in results):.1f}"])
+                 _cost_total(costs), f"{wall_s:.1f}"])
     return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
 
 
@@ -338,16 +350,10 @@ async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, 
             out.write(json.dumps(outcome.to_dict(), ensure_ascii=False) + "\n")
         return outcome
 
-    async def ticker() -> None:
-        while True:
-            progress.redraw()
-            await asyncio.sleep(0.5)
-
-    ticking = asyncio.ensure_future(ticker())
+    progress.open()
     try:
         return list(await asyncio.gather(*(one(task) for task in todo)))
     finally:
-        ticking.cancel()
         progress.close()
 
 

@@ -151,6 +151,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     result = event.result
                 else:
                     _print_json(event.to_dict(), sys.stderr)
+        elif sys.stderr.isatty() and not args.quiet:
+            from .console import RunView
+
+            with RunView(sys.stderr, model=settings.model or "") as view:
+                for event in stream(prompt, **options):
+                    if isinstance(event, Done):
+                        result = event.result
+                    else:
+                        view.show(event)
         else:
             result = run(prompt, **options)
     except OutputInvalid as exc:
@@ -341,6 +350,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
                                max_retries=args.ray_max_retries)
     elif settings.executor != "local":
         raise SettingsError(f"executor {settings.executor!r} is not known: use local or ray")
+    started = time.monotonic()
     try:
         outcomes = asyncio.run(owning_loop(run_batch(tasks, batch, settings, concurrency=args.concurrency,
                                                      resume=args.resume, executor=executor)))
@@ -351,7 +361,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         _print_json({"batch_id": batch.batch_id, "results_file": str(batch.results_file), "skipped": skipped,
                      "tasks": [{"task_id": o.task_id, "ok": o.ok} for o in outcomes]})
     else:
-        sys.stdout.write(summary(outcomes))
+        sys.stdout.write(summary(outcomes, time.monotonic() - started))
         if skipped:
             print(f"{skipped} task(s) finished in an earlier invocation were skipped (--resume)")
         print(f"results: {batch.results_file}\nper run: opencode-gateway report --by run --where "
@@ -450,7 +460,9 @@ def _run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     _opencode_bin_flag(run)
     _ledger_flag(run)
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
-    run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen")
+    run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen, as JSON")
+    run.add_argument("-q", "--quiet", action="store_true", help="no live view on a terminal's stderr (the answer and "
+                     "the summary line only)")
     run.add_argument("prompt", nargs="+", help="the task; - reads it from stdin")
     run.set_defaults(handler=_cmd_run)
 

@@ -38,6 +38,7 @@ __all__ = [
     "Text",
     "TextDelta",
     "ToolCall",
+    "ToolRequested",
     "ToolResult",
     "UpstreamRetry",
 ]
@@ -57,6 +58,15 @@ class ReasoningDelta(Event):
 
     type: ClassVar[str] = "reasoning_delta"
     text: str = ""
+
+
+@dataclass(frozen=True)
+class ToolRequested(Event):
+    """The model asked for a tool, as it streamed its answer (only while streaming the run's
+    events). OpenCode runs it once the answer ends, and reports it whole (ToolCall, ToolResult)."""
+
+    type: ClassVar[str] = "tool_requested"
+    tool: str = ""  # the name the model used (OpenCode's own: bash, read, edit, ...)
 
 
 @dataclass(frozen=True)

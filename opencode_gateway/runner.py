@@ -38,7 +38,7 @@ from .conclusion import Happened, conclude
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .errors import BudgetExceeded, CapabilityUnsupported, PreflightError, SettingsError
-from .events import Done, ReasoningDelta, RequestFinished, TextDelta, UpstreamRetry
+from .events import Done, ReasoningDelta, RequestFinished, TextDelta, ToolRequested, UpstreamRetry
 from .files import FileChange, Snapshot, Unlisted
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from .opencode import config as oc_config
@@ -278,6 +278,13 @@ def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> di
     return {model: Target(model, upstream_for(settings, model), tagging, account) for model in dict.fromkeys(models)}
 
 
+def _live_event(session_id: str | None, kind: str, piece: str) -> Event:
+    """What the endpoint saw streaming by (kind: text, reasoning, or tool: a tool's name)."""
+    if kind == "tool":
+        return ToolRequested(session_id, tool=piece)
+    return TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece)
+
+
 def _routed(targets: Mapping[str, Target], settings: RunSettings) -> Target | Targeting:
     """The endpoint's target: the one model's, or the one each request is routed to (purpose.py)."""
     if len(targets) == 1:
@@ -443,7 +450,7 @@ class _Run:
     def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
         """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
         if self.on_event is not None:
-            self.on_event(TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece))
+            self.on_event(_live_event(session_id, kind, piece))
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
         self.offered.update(_tool_names(body))

@@ -100,28 +100,32 @@ def test_progress_counts_done_failed_running_tokens_and_cost(tmp_path: Path) -> 
 
 def test_the_summary_has_a_row_per_task_and_a_total() -> None:
     table = summary([Outcome("t1", result()), Outcome("t2", result("timeout", cost=None, requests=1)),
-                     Outcome("t3", None, UpstreamError("refused", status_code=401))]).splitlines()
+                     Outcome("t3", None, UpstreamError("refused", status_code=401))], wall_s=13.5).splitlines()
     assert table[0].split() == ["task", "status", "requests", "input", "output", "cost_usd", "seconds"]
     assert table[1].split() == ["t1", "done", "2", "1,000", "100", "0.250000", "12.0"]
     assert table[2].split() == ["t2", "timeout", "1", "1,000", "100", "unknown", "12.0"]
     assert table[3].split() == ["t3", "error", "0", "0", "0", "-", "0.0"]
     assert table[-1].split() == ["TOTAL", "(1", "ok,", "2", "failed)", "3", "2,000", "200", "0.250000", "+",
-                                 "unpriced", "24.0"]
+                                 "unpriced", "13.5"]  # the batch's wall time, not the tasks' 24 s summed
 
 
-def test_on_a_terminal_the_line_is_redrawn_in_place_under_the_finished_tasks(tmp_path: Path) -> None:
+def test_on_a_terminal_the_running_tasks_are_a_live_table_under_the_finished_ones(tmp_path: Path) -> None:
     out = io.StringIO()
     progress = Progress(Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=2,
                         concurrency=1, out=out, live=True)
+    progress.open()
     progress.started("t1")
-    progress.redraw()
+    progress.started("t2")
+    progress.event("t2", RequestFinished(None, run_tokens=500, run_cost=0.01))
+    drawn = progress._view.__rich__()  # type: ignore[union-attr]
+    table = drawn.renderables[0]  # type: ignore[attr-defined]
+    assert [list(column.cells) for column in table.columns][0] == ["t1", "t2"]
+    assert list(table.columns[2].cells) == ["0", "1"] and list(table.columns[4].cells) == ["-", "$0.010000"]
     progress.finished(Outcome("t1", result()), 3.0)
     progress.close()
-    assert out.getvalue() == (
-        "\r\x1b[Kbatch b: 0/2 done · 0 failed · 1 running · 0 tokens · $0.000000"
-        "\r\x1b[Kt1: done · 2 requests · $0.250000 · 3.0 s\n"
-        "\r\x1b[Kbatch b: 1/2 done · 0 failed · 0 running · 1,100 tokens · $0.250000 · ETA 0:03"
-        "\r\x1b[K")
+    text = out.getvalue()
+    assert "t1: done · 2 requests · $0.250000 · 3.0 s" in text
+    assert text.rstrip().endswith("batch b: 1/2 done · 0 failed · 1 running · 1,600 tokens · $0.260000 · ETA 0:03")
 
 
 @pytest.mark.parametrize("batch_id", [".", ".."])

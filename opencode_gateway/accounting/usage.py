@@ -123,7 +123,8 @@ class StreamUsageReader:
     Only lines that can matter are decoded: the first chunk (for the model that answered and the
     call's id) and chunks that mention usage or an error; with `collect_text`, every chunk, to keep
     the answer's text for a token estimate; with `on_text`, every chunk, to pass each piece of text
-    and reasoning on as it arrives (`on_text("text" | "reasoning", piece)`). The last non-empty
+    and reasoning on as it arrives, and the name of each tool the model calls (`on_text("text" |
+    "reasoning" | "tool", piece)`). The last non-empty
     usage wins, so a usage object that arrives before the final chunk, or is repeated, is still
     counted once.
     """
@@ -212,6 +213,10 @@ class StreamUsageReader:
                     self._on_text("text", content)
                 if isinstance(reasoning, str) and reasoning:
                     self._on_text("reasoning", reasoning)
+                for call in delta.get("tool_calls") or ():  # a call's name comes once, in its first piece
+                    function = call.get("function") if isinstance(call, Mapping) else None
+                    if isinstance(function, Mapping) and isinstance(function.get("name"), str) and function["name"]:
+                        self._on_text("tool", function["name"])
             if not self._collect:
                 continue
             self._text.extend(piece for piece in (content, reasoning) if isinstance(piece, str))

@@ -91,7 +91,8 @@ class Endpoint:
     first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
     max_body_bytes: int = 32 * 1024 * 1024
     on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
-    # Each piece of streamed text or reasoning as it passes: (OpenCode session, "text" | "reasoning", piece).
+    # Each piece of streamed text or reasoning, and each tool the model calls, as it passes:
+    # (OpenCode session, "text" | "reasoning" | "tool", piece or tool name).
     on_text: Callable[[str | None, str, str], None] | None = None
     keep_answers: bool = False  # each record carries the text of its answer (a run's answer is taken from them)
     # Awaited before a request is forwarded, with its OpenCode session and body: the runner holds

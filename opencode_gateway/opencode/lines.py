@@ -92,6 +92,7 @@ class ToolResult(Event):
     native_tool: str = ""
     output: str = ""
     is_error: bool = False
+    title: str = ""  # OpenCode's one-line title of the call (the command, the file)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
     return [
         ToolCall(session_id, call_id=call_id, tool=tool, native_tool=native, input=dict(tool_input)),
         ToolResult(session_id, call_id=call_id, tool=tool, native_tool=native, output=str(output or ""),
-                   is_error=is_error),
+                   is_error=is_error, title=str(state.get("title") or "")),
     ]
 
 
