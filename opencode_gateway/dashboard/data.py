@@ -47,8 +47,9 @@ def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
     connection = connect(path, create=False)
     try:
         report = report_from(connection, by=query.by, since=query.since, until=query.until, where=query.where)
-        days = _per_day(connection, dimension, where_sql, filters)
-        models = _per_day(connection, grouping("model"), where_sql, filters)
+        bucket = _bucket(connection, where_sql, filters)
+        days = _per_bucket(connection, dimension, where_sql, filters, bucket)
+        models = _per_bucket(connection, grouping("model"), where_sql, filters, bucket)
         missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
         runs = _runs(connection, where_sql, filters, query.offset, query.limit)
     finally:
@@ -58,15 +59,26 @@ def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
     return {
         "by": query.by, "since": query.since, "until": query.until, "where": [list(pair) for pair in query.where],
         "generated_at": time.time(), "total": figures["total"], "groups": figures["groups"], "days": all_days,
+        "bucket": bucket,
         "by_group": _series(days, all_days), "by_model": _series(models, all_days),
         "usage_missing_requests": missing or 0, **runs,
     }
 
 
-def _per_day(connection: Any, group: Grouping, where_sql: str,
-             filters: list[Any]) -> list[tuple[str, str | None, float]]:
+# The charts' buckets: a day; an hour when the requests shown are all of one day (a first
+# dashboard's), which one bar would not tell apart.
+_BUCKETS = {"day": "date(q.started_at, 'unixepoch')", "hour": "strftime('%Y-%m-%dT%H:00', q.started_at, 'unixepoch')"}
+
+
+def _bucket(connection: Any, where_sql: str, filters: list[Any]) -> str:
+    days = connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    return "hour" if days <= 1 else "day"
+
+
+def _per_bucket(connection: Any, group: Grouping, where_sql: str, filters: list[Any],
+                bucket: str) -> list[tuple[str, str | None, float]]:
     rows = connection.execute(
-        f"SELECT date(q.started_at, 'unixepoch') AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
+        f"SELECT {_BUCKETS[bucket]} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
         f"{group.join} {where_sql} GROUP BY day, grp", [*group.parameters, *filters]).fetchall()
     return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
 

@@ -79,12 +79,17 @@ def _alerts(total: dict[str, Any], missing: int) -> str:
     return "".join(f'<p class="alert" role="alert">{_e(note)}</p>' for note in notes)
 
 
-def _series_table(title: str, days: list[str], series: dict[str, Any]) -> str:
+def _series_table(title: str, days: list[str], series: dict[str, Any], bucket: str) -> str:
     head = "".join(f"<th>{_e(name)}</th>" for name in series["names"])
     rows = "".join(f"<tr><td>{_e(day)}</td>" + "".join(f"<td>{values[i]:.6f}</td>" for values in series["cost"])
                    + "</tr>" for i, day in enumerate(days))
-    return (f"<details><summary>{_e(title)} as a table</summary><table><tr><th>day (UTC)</th>{head}</tr>{rows}"
+    return (f"<details><summary>{_e(title)} as a table</summary><table><tr><th>{bucket} (UTC)</th>{head}</tr>{rows}"
             "</table></details>")
+
+
+def _plural(word: str) -> str:
+    """Top tickets, models, days; a metadata key as it is when it already ends in s."""
+    return word if word.endswith("s") else word + "s"
 
 
 def _groups(data: dict[str, Any]) -> str:
@@ -142,7 +147,8 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     """The page. `sessions`: the live server's sessions (then the page reloads its figures every
     REFRESH_S seconds); None for a static file."""
     live = sessions is not None
-    payload = json.dumps({"days": data["days"], "by_group": data["by_group"], "by_model": data["by_model"],
+    bucket = data["bucket"]  # day, or hour when every request shown is of one day
+    payload = json.dumps({"days": data["days"], "bucket": bucket, "by_group": data["by_group"], "by_model": data["by_model"],
                           "requests": data["requests"], "page_size": PAGE_SIZE, "live": live,
                           "refresh_s": REFRESH_S}, separators=(",", ":")).replace("<", "\\u003c")  # inert in <script>
     main = (
@@ -150,11 +156,11 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
         f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}as of {_e(_when(data["generated_at"]))} UTC'
         f'</p></header><section class="cards">{_totals(data["total"], data["usage_missing_requests"])}</section>'
         f'{_alerts(data["total"], data["usage_missing_requests"])}{"" if sessions is None else _sessions(sessions)}'
-        f'<section><h2>Spend per day, by {_e(data["by"])}</h2><div class="chart" id="chart-group"></div>'
-        f'{_series_table("spend per day by " + data["by"], data["days"], data["by_group"])}</section>'
-        f'<section><h2>Spend per day, by model</h2><div class="chart" id="chart-model"></div>'
-        f'{_series_table("spend per day by model", data["days"], data["by_model"])}</section>'
-        f'<section><h2>Top {_e(data["by"])} by cost</h2>{_groups(data)}</section>'
+        f'<section><h2>Spend per {bucket}, by {_e(data["by"])}</h2><div class="chart" id="chart-group"></div>'
+        f'{_series_table(f"spend per {bucket} by " + data["by"], data["days"], data["by_group"], bucket)}</section>'
+        f'<section><h2>Spend per {bucket}, by model</h2><div class="chart" id="chart-model"></div>'
+        f'{_series_table(f"spend per {bucket} by model", data["days"], data["by_model"], bucket)}</section>'
+        f'<section><h2>Top {_e(_plural(data["by"]))} by cost</h2>{_groups(data)}</section>'
         f"<section><h2>Runs</h2>{_runs(data)}</section>"
         f'<script id="data" type="application/json">{payload}</script>'
     )
@@ -195,27 +201,36 @@ _SCRIPT = """
     var el = document.getElementById(target);
     if (!el) return;
     el.textContent = "";
-    var xs = D.days.map(function (d) { return Date.parse(d + "T00:00:00Z") / 1000; });
+    var hourly = D.bucket === "hour", step = hourly ? 3600 : 86400;
+    var xs = D.days.map(function (d) { return Date.parse(hourly ? d + ":00Z" : d + "T00:00:00Z") / 1000; });
     var sums = [], running = xs.map(function () { return 0; });
     series.cost.forEach(function (values) {
       running = running.map(function (v, i) { return v + values[i]; });
       sums.push(running.slice());
     });
     var order = sums.map(function (_, i) { return i; }).reverse();
+    var totals = series.cost.map(function (values) { return values.reduce(function (a, b) { return a + b; }, 0); });
     var opts = {
       width: el.clientWidth || 900, height: 300,
-      scales: {x: {time: true, auto: false, range: [Math.min.apply(null, xs) - 43200, Math.max.apply(null, xs) + 43200]}},
-      axes: [{incrs: [86400, 7 * 86400, 28 * 86400],
-               values: function (u, vals) { return vals.map(function (v) { return new Date(v * 1000).toISOString().slice(5, 10); }); }},
+      scales: {x: {time: true, auto: false, range: [Math.min.apply(null, xs) - step / 2, Math.max.apply(null, xs) + step / 2]},
+               // Spend starts at $0: a range from the smallest bar drew 84% of the spend as a sliver.
+               y: {auto: false, range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }}},
+      axes: [{incrs: hourly ? [3600, 3 * 3600, 6 * 3600] : [86400, 7 * 86400, 28 * 86400],
+               values: function (u, vals) { return vals.map(function (v) { return new Date(v * 1000).toISOString().slice(hourly ? 11 : 5, hourly ? 16 : 10); }); }},
              {size: 80, values: function (u, vals) { return vals.map(function (v) { return "$" + Number(v.toPrecision(3)); }); }}],
+      hooks: {draw: [function (u) {  // the drawn scale, for a reader (and the browser tests)
+        el.dataset.yMin = u.scales.y.min; el.dataset.yMax = u.scales.y.max;
+      }]},
       series: [{}].concat(order.map(function (i) {
         return {label: series.names[i], fill: COLORS[i % COLORS.length], stroke: COLORS[i % COLORS.length],
                 paths: uPlot.paths.bars({size: [0.6, 80]}), points: {show: false},
-                value: function (u, v, s, idx) { return idx == null ? "" : "$" + series.cost[i][idx].toFixed(6); }};
+                // Not hovering: the series' total over the chart, so the legend says something before a hover.
+                value: function (u, v, s, idx) { return "$" + (idx == null ? totals[i] : series.cost[i][idx]).toFixed(6); }};
       }))
     };
     var chart = new uPlot(opts, [xs].concat(order.map(function (i) { return sums[i]; })), el);
     el.dataset.series = JSON.stringify(series.names);
+    el.dataset.bars = xs.length;
     charts.push(chart);
   }
 

@@ -170,3 +170,39 @@ def test_without_javascript_the_tables_are_all_there(tmp_path: Path, browser: An
     assert page.locator("[data-total=cost]").inner_text().startswith("$")
     assert page.locator("details:has-text('spend per day by ticket as a table') table tr").count() > 1
     context.close()
+
+
+def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legend(tmp_path: Path, page: Any,
+                                                                                 artifacts: Path) -> None:
+    """A new user's first dashboard: every run on one day, one model with 84% of the spend. Its bar
+    was drawn as a sliver (the y axis started near the smallest value) in one bar for the day."""
+    from opencode_gateway.accounting.ledger import Ledger
+    from opencode_gateway.accounting.usage import Usage
+    from tests.builders import record
+
+    path = tmp_path / "first-day.db"
+    ledger = Ledger(path)
+    day = 1_796_428_800.0  # 2026-12-03 00:00 UTC
+    for number, (model, cost, hour) in enumerate((("openai/gpt-4.1", 0.84, 9), ("openai/gpt-4o-mini", 0.16, 9),
+                                                  ("openai/gpt-4.1", 0.0, 14))):
+        run_id = f"run_{number}"
+        ledger.start_run(run_id=run_id, started_at=day + hour * 3600, model=model, mode="sdk", workdir="/w",
+                         metadata={"ticket": f"ENG-{number}"}, tags=(), session_id=None)
+        ledger.record_request(run_id, record(f"{run_id}_r", usage=Usage(1000, 10), cost=cost, model=model,
+                                             started_at=day + hour * 3600 + 60))
+    ledger.close()
+    out = tmp_path / "first-day.html"
+    cli("report", "--ledger", path, "--html", out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    page.wait_for_selector("#chart-model[data-y-min]")  # drawn
+    chart = page.locator("#chart-model")
+    assert float(chart.get_attribute("data-y-min")) == 0.0
+    assert float(chart.get_attribute("data-y-max")) >= 1.0  # the 9:00 stack: $0.84 + $0.16
+    assert chart.get_attribute("data-bars") == "2"  # 09:00 and 14:00, not one bar for the day
+    headings = page.locator("h2").all_inner_texts()
+    assert "Spend per hour, by model" in headings and "Top tickets by cost" in headings
+    values = dict(zip(legend(page, "chart-model"),
+                      page.locator("#chart-model .u-legend .u-series .u-value").all_inner_texts()[1:]))
+    assert values == {"openai/gpt-4.1": "$0.840000", "openai/gpt-4o-mini": "$0.160000"}  # before any hover
+    page.screenshot(path=str(artifacts / "dashboard-first-day.png"))
