@@ -106,7 +106,7 @@ class Plan:
             run.account.finish(self.session_id, "error", str(exc))
             raise
         except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
-            run.account.finish(self.session_id, "interrupted", type(exc).__name__)
+            run.account.finish(self.session_id, "interrupted", _interruption(exc))
             raise
         finally:
             if own is not None:
@@ -276,6 +276,13 @@ def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> di
 
     models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
     return {model: Target(model, upstream_for(settings, model), tagging, account) for model in dict.fromkeys(models)}
+
+
+def _interruption(exc: BaseException) -> str:
+    """What a ledger row says of a run that ended on an exception (not `CancelledError`)."""
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        return "interrupted before it ended (Ctrl-C, or its caller cancelled it)"
+    return f"failed inside opencode-gateway: {type(exc).__name__}: {exc}"
 
 
 def _live_event(session_id: str | None, kind: str, piece: str) -> Event:

@@ -208,5 +208,5 @@ def test_leaving_the_event_loop_early_stops_the_run(upstream: ScriptedUpstream, 
                 break
     assert session.startswith("ses_")
     row = sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason, error FROM runs").fetchone()
-    assert row == ("interrupted", "CancelledError")
+    assert row == ("interrupted", "interrupted before it ended (Ctrl-C, or its caller cancelled it)")
     assert upstream.wait_abandoned() == 1  # the model's stream was closed, not left running

@@ -17,29 +17,31 @@ from typing import Any
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "Group", "Grouping", "Report", "build_report", "grouping",
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "build_report", "grouping",
            "parse_time", "render_table", "report_from", "selection"]
 
+# When a request started; a run that made none, when it started (reports count every run).
+STARTED = "COALESCE(q.started_at, r.started_at)"
 BUILT_IN_GROUPS: Mapping[str, str] = {
-    "model": "q.model",
+    "model": "COALESCE(q.model, r.model)",
     "tag": "tag.value",
-    "day": "date(q.started_at, 'unixepoch')",
-    "week": "strftime('%Y-W%W', q.started_at, 'unixepoch')",  # weeks from Monday, UTC
-    "month": "strftime('%Y-%m', q.started_at, 'unixepoch')",
-    "run": "q.run_id",
+    "day": f"date({STARTED}, 'unixepoch')",
+    "week": f"strftime('%Y-W%W', {STARTED}, 'unixepoch')",  # weeks from Monday, UTC
+    "month": f"strftime('%Y-%m', {STARTED}, 'unixepoch')",
+    "run": "r.run_id",
     "session": "COALESCE(r.session_id, q.session_id)",
     "workdir": "r.workdir",
     "project": "r.workdir",  # ccusage's word for it
     "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
-    "purpose": "COALESCE(q.purpose, 'main')",  # main, title, summary, compaction
+    "purpose": "CASE WHEN q.request_id IS NOT NULL THEN COALESCE(q.purpose, 'main') END",  # main, title, ...
 }
 DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
-_SUMS = """COUNT(DISTINCT q.run_id) AS runs, COUNT(*) AS requests,
+_SUMS = """COUNT(DISTINCT r.run_id) AS runs, COUNT(q.request_id) AS requests,
     SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
     SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
     SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
-    SUM(q.cost IS NULL) AS unpriced_requests, SUM(q.cache_saved) AS cache_saved,
+    SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests, SUM(q.cache_saved) AS cache_saved,
     SUM(q.cache_saved IS NULL AND q.cache_read_tokens + q.cache_write_tokens > 0) AS cache_saved_unknown"""
 
 
@@ -160,10 +162,10 @@ def selection(since: str | None = None, until: str | None = None,
     conditions: list[str] = []
     filters: list[Any] = []
     if since:
-        conditions.append("q.started_at >= ?")
+        conditions.append(f"{STARTED} >= ?")
         filters.append(parse_time(since))
     if until:
-        conditions.append("q.started_at < ?")
+        conditions.append(f"{STARTED} < ?")
         filters.append(parse_time(until, end_of_day=True))
     for key, value in where:
         if not _METADATA_KEY.match(key):
@@ -173,7 +175,9 @@ def selection(since: str | None = None, until: str | None = None,
     return ("WHERE " + " AND ".join(conditions)) if conditions else "", filters
 
 
-SOURCE = "requests q JOIN runs r ON r.run_id = q.run_id"
+# Every run, with its requests: a run that made none (refused by the gateway's check, interrupted
+# before its first call) is a run all the same, counted with its outcome.
+SOURCE = "runs r LEFT JOIN requests q ON q.run_id = r.run_id"
 
 
 def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,

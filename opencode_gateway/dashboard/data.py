@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..accounting.ledger import connect
-from ..accounting.report import SOURCE, Grouping, grouping, report_from, selection
+from ..accounting.report import SOURCE, STARTED, Grouping, grouping, report_from, selection
 
 __all__ = ["Query", "dashboard_data"]
 
@@ -67,7 +67,7 @@ def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
 
 # The charts' buckets: a day; an hour when the requests shown are all of one day (a first
 # dashboard's), which one bar would not tell apart.
-_BUCKETS = {"day": "date(q.started_at, 'unixepoch')", "hour": "strftime('%Y-%m-%dT%H:00', q.started_at, 'unixepoch')"}
+_BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%dT%H:00', {STARTED}, 'unixepoch')"}
 
 
 def _bucket(connection: Any, where_sql: str, filters: list[Any]) -> str:
@@ -114,10 +114,11 @@ def _compact(column: str, value: Any) -> Any:
 
 def _runs(connection: Any, where_sql: str, filters: list[Any], offset: int, limit: int | None) -> dict[str, Any]:
     """A page of runs, newest first, with the requests of each (those the filter covers)."""
-    count = connection.execute(f"SELECT COUNT(DISTINCT q.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    count = connection.execute(f"SELECT COUNT(DISTINCT r.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
     page = connection.execute(
         f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
-        f"stop_reason, COUNT(*) AS requests, SUM(q.cost) AS cost, SUM(q.cost IS NULL) AS unpriced_requests "
+        f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
+        f"SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests "
         f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
         f"LIMIT ? OFFSET ?", [*filters, -1 if limit is None else limit, offset]).fetchall()
     rows = [[row[column] if column != "metadata" else json.loads(row["metadata"] or "{}") for column in RUN_COLUMNS]

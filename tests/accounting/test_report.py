@@ -170,3 +170,25 @@ def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_pa
                                                    cost=Cost(None, "unpriced", cache_saved=None)))
     ledger.close()
     assert build_report(path, by="ticket").total.cache_saved is None  # never a partial sum read as the whole
+
+
+def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Path) -> None:
+    """Runs refused by the gateway's check, or interrupted before their first call, were left out
+    (a ledger of 30 runs reported 20)."""
+    ledger = Ledger(ledger_path)
+    for run_id, outcome, error in (("r5", "error", "the key may not use model group 'x'"),
+                                   ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)")):
+        ledger.start_run(run_id=run_id, started_at=DAY2, model="litellm_proxy/x", mode="gateway", workdir="/w",
+                         metadata={"ticket": "ENG-3"}, tags=("harness",), session_id=None)
+        ledger.update_run(run_id=run_id, ended_at=DAY2 + 1, session_id=None, stop_reason=outcome, error=error,
+                          usage=RunUsage(), cost=0.0, unpriced=0)
+    ledger.close()
+    outcomes = {g.key: g for g in build_report(ledger_path, by="outcome").groups}
+    assert outcomes["error"].runs == 1 and outcomes["error"].requests == 0
+    assert outcomes["interrupted"].runs == 1 and outcomes["interrupted"].unpriced_requests == 0
+    report = build_report(ledger_path, by="ticket")
+    assert report.total.runs == 6 and report.total.requests == 6  # the requests of r1..r4 only
+    [eng3] = [g for g in report.groups if g.key == "ENG-3"]
+    assert (eng3.runs, eng3.requests, eng3.cost) == (2, 0, 0.0)
+    by_day = {g.key: g.runs for g in build_report(ledger_path, by="day", since="2026-09-22").groups}
+    assert by_day == {"2026-09-22": 4}  # r2, r4, and the two without requests, on the day they started
