@@ -38,7 +38,7 @@ class KeptSession:
     session_id: str
     path: Path
     started: float | None  # Unix seconds, as OpenCode recorded it
-    last_used: float  # Unix seconds: the store's newest file
+    last_used: float  # Unix seconds: OpenCode's last write to the session (else the store's newest file)
     workdir: str | None
     model: str | None
     size_bytes: int
@@ -69,15 +69,39 @@ def _model(text: Any) -> str | None:
     return None
 
 
+def _last_written(store: Path) -> float | None:
+    """When OpenCode last wrote to the session (its row's or its newest message's time_updated),
+    from its own records: reading the database touches its -shm file, so a file's time said
+    "just now" for every session after a `sessions list`, and nothing was ever pruned."""
+    database = store / "opencode" / "opencode.db"
+    if not database.is_file():
+        return None
+    times: list[float] = []
+    with contextlib.suppress(sqlite3.Error):
+        connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
+        try:
+            for query in ("SELECT time_updated FROM session WHERE id = ?",
+                          "SELECT MAX(time_updated) FROM message WHERE session_id = ?"):
+                with contextlib.suppress(sqlite3.Error):
+                    row = connection.execute(query, (store.name,)).fetchone()
+                    times += [row[0]] if row is not None and isinstance(row[0], (int, float)) and row[0] > 0 else []
+        finally:
+            connection.close()
+    return max(times) / 1000 if times else None
+
+
 def _stores(data_dir: Path) -> list[tuple[Path, float]]:
-    """Each kept session's folder and when it was last used (its newest file: OpenCode writes its
-    database whenever it uses the session), the least recently used first."""
+    """Each kept session's folder and when it was last used (OpenCode's own record of it; for a
+    store without one, its newest file), the least recently used first."""
     root = data_dir / "sessions"
     found = []
     for store in root.iterdir() if root.is_dir() else ():
         if store.is_dir() and not store.is_symlink():
-            times = [path.stat().st_mtime for path in store.rglob("*") if path.is_file() and not path.is_symlink()]
-            found.append((store, max(times, default=store.stat().st_mtime)))
+            last = _last_written(store)
+            if last is None:
+                times = [path.stat().st_mtime for path in store.rglob("*") if path.is_file() and not path.is_symlink()]
+                last = max(times, default=store.stat().st_mtime)
+            found.append((store, last))
     return sorted(found, key=lambda entry: (entry[1], entry[0].name))
 
 

@@ -78,3 +78,18 @@ def test_prune_removes_exactly_the_sessions_unused_for_longer_than_it_says(tmp_p
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == ["ses_c", "ses_d"]
     assert [kept.session_id for kept in prune_sessions(tmp_path, 0, keep="ses_d", now=NOW)] == ["ses_c"]
     assert [p.name for p in (tmp_path / "sessions").iterdir()] == ["ses_d"]
+
+
+def test_last_used_is_opencodes_own_record_which_reading_does_not_change(tmp_path: Path) -> None:
+    """Reading OpenCode's database touches its -shm file: last-used taken from the newest file said
+    "now" for every session after a `sessions list`, and prune removed nothing."""
+    store = _kept(tmp_path, "ses_old", last_used_ms=int((NOW - 40 * 86_400) * 1000))
+    with sqlite3.connect(store / "opencode" / "opencode.db") as connection:
+        connection.execute("CREATE TABLE message (id TEXT, session_id TEXT, time_updated INTEGER)")
+        connection.execute("INSERT INTO message VALUES ('m1', 'ses_old', ?)", (int((NOW - 35 * 86_400) * 1000),))
+    connection.close()
+    for path in store.rglob("*"):  # what a listing (or a backup, a copy) does to the files' times
+        os.utime(path, (NOW, NOW))
+    [kept] = kept_sessions(tmp_path)
+    assert kept.last_used == NOW - 35 * 86_400  # its newest message
+    assert [k.session_id for k in prune_sessions(tmp_path, 30, now=NOW)] == ["ses_old"]
