@@ -40,7 +40,7 @@ from .endpoint.tagging import Tagging
 from .errors import BudgetExceeded, CapabilityUnsupported, PreflightError, SettingsError
 from .events import Done, ReasoningDelta, RequestFinished, TextDelta, ToolRequested, UpstreamRetry
 from .files import FileChange, Snapshot, Unlisted
-from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
+from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, mode_of
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
 from .opencode.gitguard import GitControl
@@ -327,17 +327,14 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
     return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
 
-class _GatewayCheck:
-    """Gateway mode: the gateway's check (does it answer, may the key use the group), under way
-    while OpenCode starts. No request is forwarded until it passed (Endpoint.checked); a failed
-    check stops OpenCode before any model call."""
+class _Preflight:
+    """The check a run's model calls need, under way while OpenCode starts: in gateway mode, does
+    the gateway answer and may the key use the group; in SDK mode, does litellm know each model's
+    provider and is its key set. No request is forwarded until it passed (Endpoint.checked); a
+    failed check stops OpenCode before any model call."""
 
     def __init__(self, settings: RunSettings, process: OpenCodeProcess) -> None:
-        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
-
-        self._check = asyncio.ensure_future(check_gateway(
-            gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
-            settings.model.removeprefix(GATEWAY_PREFIX)))
+        self._check = asyncio.ensure_future(_preflight(settings))
         self._check.add_done_callback(lambda _: self._stop_on_failure(process))
 
     def _stop_on_failure(self, process: OpenCodeProcess) -> None:
@@ -369,6 +366,19 @@ class _GatewayCheck:
 
     def cancel(self) -> None:
         self._check.cancel()
+
+
+async def _preflight(settings: RunSettings) -> None:
+    if settings.mode == "gateway":
+        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
+
+        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
+                            settings.model.removeprefix(GATEWAY_PREFIX))
+    models = [m for m in (settings.model, settings.small_model, *settings.routes.values()) if m and mode_of(m) == "sdk"]
+    if models:
+        from .provider import check_providers
+
+        await asyncio.to_thread(check_providers, models, api_key=settings.api_key, api_base=settings.api_base)
 
 
 def _warm_up(settings: RunSettings, keep: str | None) -> None:
@@ -430,7 +440,7 @@ class _Run:
         self.process: OpenCodeProcess | None = None
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
-        self.preflight: _GatewayCheck | None = None
+        self.preflight: _Preflight | None = None
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The
@@ -518,7 +528,7 @@ class _Run:
         try:
             self.process, token = _opencode(self.plan, workspace, server, socket_path, tag, git)
             await self.process.start()
-            self.preflight = _GatewayCheck(settings, self.process) if settings.mode == "gateway" else None
+            self.preflight = _Preflight(settings, self.process)
             warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings, self.plan.session_id))
             from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 

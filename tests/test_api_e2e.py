@@ -25,6 +25,7 @@ from opencode_gateway.events import (
     Text,
     TextDelta,
     ToolCall,
+    ToolRequested,
     ToolResult,
 )
 from opencode_gateway.settings import Settings
@@ -63,15 +64,19 @@ def test_events_arrive_in_order_while_the_run_goes(upstream: ScriptedUpstream, w
             tool_call_seen.set()
     done = events[-1]
     assert isinstance(done, Done) and done.result.text == "Listed it.", done.result
-    kinds = [type(e) for e in events if not isinstance(e, (TextDelta, RequestFinished))]
+    kinds = [type(e) for e in events if not isinstance(e, (TextDelta, ToolRequested, RequestFinished))]
     assert kinds == [StepStart, Text, ToolCall, ToolResult, StepFinish, StepStart, Text, StepFinish, Done]
+    # The model's call of the tool, as it streamed, before OpenCode ran it.
+    requested = [i for i, e in enumerate(events) if isinstance(e, ToolRequested)]
+    assert [events[i].tool for i in requested] == ["bash"]  # type: ignore[attr-defined]
+    assert requested[0] < events.index(next(e for e in events if isinstance(e, ToolCall)))
     # Live text comes first, piece by piece, then OpenCode's whole text of the same step.
     pieces = [e.text for e in events[:events.index(next(e for e in events if isinstance(e, Text)))]
               if isinstance(e, TextDelta)]
     assert "".join(pieces) == "Let me look."
     finished = [e for e in events if isinstance(e, RequestFinished)]
     assert [e.run_tokens for e in finished] == [1050, 2100]  # the run's totals so far, per request
-    assert done.result.events == tuple(e for e in events[:-1] if not isinstance(e, TextDelta))
+    assert done.result.events == tuple(e for e in events[:-1] if not isinstance(e, (TextDelta, ToolRequested)))
 
 
 def _step_of_each_delta(events: list[Event]) -> list[tuple[int, int]]:

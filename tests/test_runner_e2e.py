@@ -20,6 +20,7 @@ from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from opencode_gateway import _litellm, run
 from opencode_gateway.errors import (
     OpenCodeNotFound,
+    PreflightError,
     RunTimeout,
     SettingsError,
     TurnLimitReached,
@@ -264,14 +265,28 @@ def test_an_unreachable_provider_is_named_with_its_url(workdir: Path, settings: 
     assert record.duration_s < 30  # a few quick retries, not OpenCode's minutes
 
 
-def test_a_missing_provider_key_names_the_variable_and_is_not_retried(
+def test_a_missing_provider_key_is_named_before_any_model_call(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """It was a 401 from litellm after OpenCode had started (exit 1, 15 s, the message twice)."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = run("Hi", model="openai/gpt-4o-mini", api_base=upstream.url, workdir=workdir, settings=settings)
-    assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
-    assert str(result.error) == "no openai key is set: litellm reads it from OPENAI_API_KEY (or pass --api-key)"
-    assert [(r.status_code, r.attempts) for r in result.requests] == [(401, 1)]
+    with pytest.raises(PreflightError, match=r"^OPENAI_API_KEY is not set, and litellm needs it for "
+                                             r"openai/gpt-4o-mini: export it, or pass --api-key") as raised:
+        run("Hi", model="openai/gpt-4o-mini", api_base=upstream.url, workdir=workdir, settings=settings)
+    assert raised.value.check == "key" and upstream.requests == []
+
+
+def test_a_model_without_a_provider_is_named_with_a_suggestion_before_any_model_call(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    result = subprocess.run([sys.executable, "-m", "opencode_gateway", "run", "-m", "gpt4o-mini", "--api-base",
+                             upstream.url, "--api-key", "sk-x", "--opencode-bin", str(settings.opencode_bin),
+                             "--workdir", str(workdir), "hi"], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OPENCODE_GATEWAY_HOME": str(settings.data_dir)})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "opencode-gateway: error: litellm knows no provider for model 'gpt4o-mini': name it provider/model, e.g. "
+        "openai/gpt-4o-mini or anthropic/claude-sonnet-4-5; did you mean openai/gpt-4o-mini?"]
     assert upstream.requests == []
 
 
