@@ -352,7 +352,10 @@ async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, 
 
     progress.open()
     try:
-        return list(await asyncio.gather(*(one(task) for task in todo)))
+        # A task group: interrupted, every task is cancelled and awaited, nothing left unretrieved.
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(one(task)) for task in todo]
+        return [task.result() for task in running]
     finally:
         progress.close()
 

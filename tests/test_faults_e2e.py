@@ -190,7 +190,7 @@ def test_ctrl_c_sigterm_and_sighup_stop_opencode_keep_the_ledger_and_exit_128_pl
     cli.send_signal(signum)
     _, stderr = cli.communicate(timeout=90)  # from the signal; generous for a machine running a second suite
     assert cli.returncode == 128 + signum, stderr
-    assert "interrupted" in stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
     db = sqlite3.connect(ledger)
     assert db.execute("SELECT stop_reason FROM runs").fetchone() == ("interrupted",)
     assert db.execute("SELECT count(*) FROM requests WHERE status_code = 200").fetchone() == (1,)
@@ -268,3 +268,28 @@ def test_a_period_budget_refuses_the_second_run_of_the_day_for_the_same_ticket(
     upstream.script(Reply(text="other", usage=usage(10, 5, cost=0.0001)))
     other = run("Hi", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-6"}, settings=capped, **MODEL)
     assert other.ok  # another ticket has its own day
+
+
+def test_ctrl_c_on_a_batch_says_interrupted_without_a_traceback(
+    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs going, their requests streaming: it printed ~250 lines of tracebacks before
+    "interrupted" (uvicorn's "Exception in ASGI application" per cancelled request, and a gather's
+    exception never retrieved)."""
+    monkeypatch.setattr(upstream, "fallback", lambda body: Reply(text="slow " * 100, chunk_delay=0.5))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "prompt": "go"}) + "\n" for i in range(4)))
+    cli = subprocess.Popen(
+        [sys.executable, "-c", _SIGNALS_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "batch", str(tasks),
+         "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x", "--concurrency", "2",
+         "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")})
+    deadline = time.monotonic() + 60
+    while len(upstream.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cli.send_signal(signal.SIGINT)
+    _, stderr = cli.communicate(timeout=90)
+    assert cli.returncode == 130, stderr
+    assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "opencode-gateway: interrupted"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +30,19 @@ _GRACE_S = 5  # for requests still open when the server stops
 # reset; OpenCode's client reconnects after longer gaps on its own.
 _KEEP_ALIVE_S = 75
 _BACKLOG = 2048  # uvicorn's
+
+
+class _NotCancellations(logging.Filter):
+    """A request cancelled because its run is being stopped (Ctrl-C, a caller leaving its loop) is
+    no error of the app's; uvicorn logged each as "Exception in ASGI application" with a traceback
+    (a batch interrupted with two runs going printed ~250 lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, (asyncio.CancelledError, KeyboardInterrupt))
+
+
+logging.getLogger("uvicorn.error").addFilter(_NotCancellations())
 
 
 def _is_loopback(host: str) -> bool:
