@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import atexit
 import dataclasses
+import difflib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -36,8 +38,30 @@ __all__ = ["entry", "main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        """One line, exit code 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        """One line, exit code 2, and the nearest command or flag to a misspelt one."""
+        self.exit(2, f"{self.prog}: error: {message}{self._did_you_mean(message)} (see --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        unknown = re.search(r"unrecognized arguments: (-[^\s=]+)", message)
+        if choice:
+            word, candidates = choice.group(1), re.findall(r"'([^']+)'", choice.group(2))
+        elif unknown:
+            word, candidates = unknown.group(1), sorted(_flags(self))
+        else:
+            return ""
+        close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+        return f"; did you mean {close[0]}?" if close else ""
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of `parser` and of its commands."""
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                flags |= _flags(command)
+    return flags
 
 
 def _metadata(pairs: Sequence[str], flag: str = "--metadata", example: str = "ticket=ENG-412") -> dict[str, str]:
@@ -592,7 +616,10 @@ def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = _Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
+    parser.add_argument("--version", action="version", version=f"opencode-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _run_command(commands)
     _batch_command(commands)
@@ -655,8 +682,12 @@ def entry() -> NoReturn:
     and with litellm loaded that takes about a second of garbage collection (several under load),
     which a supervisor that sent SIGTERM to `serve` waits through. So run the exit hooks the
     standard library and litellm registered, flush, and leave without that teardown."""
-    code = main()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
+    try:
+        code = main()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head`: the reader left; what was left to print goes nowhere, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
     sys.stderr.flush()
     os._exit(code)

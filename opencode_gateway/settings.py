@@ -8,6 +8,7 @@ file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -441,7 +442,9 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
     values: dict[str, Any] = {"secret_files": (*base.secret_files, file.resolve())}
     for key, value in raw.items():
         if key not in _FILE_KEYS:
-            raise SettingsError(f"{file}: unknown setting {key!r}; known settings: {', '.join(_FILE_KEYS)}")
+            close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
+            raise SettingsError(f"{file}: unknown setting {key!r}" + (f"; did you mean {close[0]}?" if close else
+                                f"; known settings: {', '.join(_FILE_KEYS)}"))
         if value is None:
             continue
         value = _resolve_env(value, f"{file}: {key}")

@@ -245,3 +245,29 @@ def test_the_key_can_come_from_a_file_and_never_be_in_argv(upstream: ScriptedUps
     empty.write_text("\n")
     refused = cli("run", "-m", "m", "--api-key-file", str(empty), "hi")
     assert refused.returncode == 2 and "the API key file" in refused.stderr and "is empty" in refused.stderr
+
+
+def test_version_and_did_you_mean_for_a_misspelt_command_flag_or_setting(tmp_path: Path) -> None:
+    from opencode_gateway import __version__
+
+    assert cli("--version").stdout == f"opencode-gateway {__version__}\n"
+    misspelt = cli("reprot")
+    assert misspelt.returncode == 2 and "did you mean report?" in misspelt.stderr
+    assert "did you mean --model?" in cli("run", "--modle", "x", "hi").stderr
+    settings = tmp_path / "config.yaml"
+    settings.write_text("max_cots: 1\n")
+    wrong = cli("config", "-m", "openai/gpt-4o-mini", "--config", str(settings))
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == f"opencode-gateway: error: {settings}: unknown setting 'max_cots'; did you mean max_cost?"
+
+
+def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path: Path) -> None:
+    """`... | head`: a BrokenPipeError traceback in 7 of 10 tries of `sessions list --json | head -c
+    400`. Here the reader leaves at once (`true`), so every write after it fails."""
+    from tests.builders import spend_ledger
+
+    ledger = spend_ledger(tmp_path / "ledger.db")
+    command = f"{sys.executable} -m opencode_gateway report --by run --format csv --ledger {ledger} | true"
+    for _ in range(3):
+        piped = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+        assert piped.stderr == "", piped.stderr[-2000:]
