@@ -232,12 +232,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     where = list(_metadata(args.where, "--where").items())
     if not settings.ledger_path.exists():  # nothing has run yet: an empty report, not an error
+        from .accounting.report import Report
+
         print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_path})", file=sys.stderr)
-        sys.stdout.write("[]\n" if args.format == "json" else "")
+        sys.stdout.write(Report.empty(args.by).render(args.format))
         return 0
     if args.html:
         return _write_dashboard(args, settings, where)
-    report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where)
+    report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where,
+                          breakdown=args.breakdown, tz=args.tz)
     sys.stdout.write(report.render(args.format))
     return 0
 
@@ -596,11 +599,16 @@ def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     report.add_argument("--by", default="ticket", metavar="KEY",
                         help="a metadata key (default: ticket), or model, tag, day, week, month, run, session, workdir "
                         "(or project), outcome (how runs ended: done, abandoned...)")
-    report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD, UTC) or ISO time")
-    report.add_argument("--until", metavar="DATE", help="up to this date, inclusive, or ISO time")
+    report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD), ISO time, today, yesterday, "
+                        "or a time ago (24h, 7d, 2w)")
+    report.add_argument("--until", metavar="DATE", help="up to this date, inclusive (the same forms)")
+    report.add_argument("--tz", metavar="ZONE", help="the time zone of dates and of --by day/week/month: an IANA "
+                        "name (Europe/Berlin) or an offset (+02:00); default UTC")
+    report.add_argument("--breakdown", action="store_true", help="each group's totals per model too")
     report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                         help="only runs whose metadata KEY is VALUE")
-    report.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    report.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
+                        help="markdown: a GitHub table, for a CI job's summary or a pull request comment")
     report.add_argument("--html", metavar="FILE", help="write the spend dashboard (charts, top groups, runs and their "
                         "requests) as one HTML file that opens with no network")
     _ledger_flag(report)

@@ -5,20 +5,23 @@ could not be priced."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "build_report", "grouping",
-           "parse_time", "render_table", "report_from", "selection"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "RunFacts", "build_report", "grouping",
+           "parse_time", "render_table", "report_from", "selection", "zone"]
 
 # When a request started; a run that made none, when it started (reports count every run).
 STARTED = "COALESCE(q.started_at, r.started_at)"
@@ -46,6 +49,21 @@ _SUMS = """COUNT(DISTINCT r.run_id) AS runs, COUNT(q.request_id) AS requests,
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """What `--by run` says of a run besides its totals (as the dashboard's runs table does)."""
+
+    started_at: float
+    ended_at: float | None
+    model: str
+    metadata: Mapping[str, Any]
+    error: str | None
+
+    @property
+    def duration(self) -> str:
+        return "running" if self.ended_at is None else f"{self.ended_at - self.started_at:.1f} s"
+
+
+@dataclass(frozen=True)
 class Group:
     key: str | None
     runs: int
@@ -61,6 +79,8 @@ class Group:
     # had no known price.
     cache_saved: float | None = 0.0
     status: str | None = None  # by run: how it ended (done, error, ...), "running" or "abandoned"
+    run: RunFacts | None = None  # by run: when, on what, with what metadata, how it ended
+    parts: tuple[Group, ...] = ()  # with breakdown: the group per model
 
     @property
     def cached_share(self) -> float:
@@ -80,31 +100,66 @@ class Report:
     groups: tuple[Group, ...]
     total: Group
 
+    @classmethod
+    def empty(cls, by: str) -> Report:
+        """A report of no runs (no ledger yet): the same shape as any other."""
+        return cls(by, (), Group("TOTAL", 0, 0, 0, 0, 0, 0, 0, 0.0, 0))
+
     def to_dict(self) -> dict[str, Any]:
         return {"by": self.by, "groups": [_group_dict(g) for g in self.groups], "total": _group_dict(self.total)}
 
     def render(self, fmt: str) -> str:
+        """As `table`, `csv`, `markdown` (a GitHub table: a CI job's summary, a pull request
+        comment) or `json`."""
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
-        rows = [*self.groups, self.total]
-        header = [self.by, "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning",
-                  "cost_usd", "unpriced", "cached", "cache_saved_usd"]
-        cells = [[("TOTAL" if g is self.total else g.label), str(g.runs),
-                  str(g.requests), str(g.input_tokens), str(g.output_tokens), str(g.cache_read_tokens),
-                  str(g.cache_write_tokens), str(g.reasoning_tokens), f"{g.cost:.6f}", str(g.unpriced_requests),
-                  f"{g.cached_share:.1%}", "unknown" if g.cache_saved is None else f"{g.cache_saved:.6f}"]
-                 for g in rows]
+        by_run = self.by == "run"
+        header = [self.by, *(("started (UTC)", "duration", "model", "outcome", "metadata") if by_run else ()),
+                  "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning", "cost_usd",
+                  "unpriced", "cached", "cache_saved_usd"]
+        cells = []
+        for group in self.groups:  # a breakdown's rows under their group's (in CSV: "group / model")
+            cells.append(_cells(group, group.label, by_run))
+            cells += [_cells(part, f"{group.label} / {part.label}" if fmt == "csv" else f"  └ {part.label}", by_run)
+                      for part in group.parts]
+        cells.append(_cells(self.total, "TOTAL", by_run))
         if fmt == "csv":
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(header)
             writer.writerows(cells)
             return out.getvalue()
+        if fmt == "markdown":  # the figures' columns aligned right
+            rows = [header, ["---:" if i >= len(header) - 11 else "---" for i in range(len(header))]]
+            rows += [[cell.replace("|", "\\|") for cell in row] for row in cells[:-1]]
+            rows.append([f"**{cell}**" if cell else "" for cell in cells[-1]])
+            return "".join("| " + " | ".join(row) + " |\n" for row in rows)
         return render_table(header, cells)
 
 
+def _cells(group: Group, label: str, by_run: bool) -> list[str]:
+    facts = group.run
+    described = [] if not by_run else ["", "", "", "", ""] if facts is None else [
+        datetime.fromtimestamp(facts.started_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), facts.duration,
+        facts.model, group.status or "", ", ".join(f"{k}={v}" for k, v in facts.metadata.items())]
+    return [label, *described, str(group.runs), str(group.requests), str(group.input_tokens), str(group.output_tokens),
+            str(group.cache_read_tokens), str(group.cache_write_tokens), str(group.reasoning_tokens), f"{group.cost:.6f}",
+            str(group.unpriced_requests), f"{group.cached_share:.1%}",
+            "unknown" if group.cache_saved is None else f"{group.cache_saved:.6f}"]
+
+
 def _group_dict(group: Group) -> dict[str, Any]:
-    return {**asdict(group), "cached_share": round(group.cached_share, 6)}
+    """A group as JSON: USD to 1e-12 (no 0.0028320000000000003), the cache share to 1e-6."""
+    data = {field.name: getattr(group, field.name) for field in dataclasses.fields(group)}
+    data.update(cost=round(group.cost, 12), cached_share=round(group.cached_share, 6),
+                cache_saved=None if group.cache_saved is None else round(group.cache_saved, 12),
+                run=None if group.run is None else {**asdict(group.run), "metadata": dict(group.run.metadata)},
+                parts=[_group_dict(part) for part in group.parts])
+    if group.run is None:
+        del data["run"]
+    if not group.parts:
+        del data["parts"]
+    return data
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -115,20 +170,51 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([*lines[:-1], "-" * len(lines[0]), lines[-1]]) + "\n"
 
 
-def parse_time(text: str, *, end_of_day: bool = False) -> float:
-    """A date (YYYY-MM-DD, UTC) or an ISO 8601 time as Unix seconds."""
+def zone(name: str | None) -> tzinfo:
+    """`--tz`: an IANA zone (Europe/Berlin), a UTC offset (+02:00, -0530) or UTC (None)."""
+    if not name or name.upper() == "UTC":
+        return timezone.utc
+    offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
+    if offset:
+        minutes = int(offset.group(2)) * 60 + int(offset.group(3))
+        return timezone(timedelta(minutes=minutes if offset.group(1) == "+" else -minutes))
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SettingsError(f"--tz {name!r} is not a time zone: give an IANA name (Europe/Berlin), an offset "
+                            "(+02:00) or UTC") from None
+
+
+_RELATIVE = re.compile(r"(\d+)([hdw])")
+_UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = timezone.utc, now: float | None = None) -> float:
+    """Unix seconds of a date (YYYY-MM-DD, in `tz`), an ISO 8601 time, `today`, `yesterday`, or a
+    time ago (`24h`, `7d`, `2w`). A date (and today, yesterday) given `end_of_day` is its end."""
+    now = time.time() if now is None else now
+    relative = _RELATIVE.fullmatch(text.strip().lower())
+    if relative:
+        return now - int(relative.group(1)) * _UNITS[relative.group(2)]
+    day = {"today": 0, "yesterday": 1}.get(text.strip().lower())
+    if day is not None:
+        text = (datetime.fromtimestamp(now, tz).date() - timedelta(days=day)).isoformat()
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise SettingsError(f"{text!r} is not a date: use YYYY-MM-DD or an ISO 8601 time") from None
+        raise SettingsError(f"{text!r} is not a date: use YYYY-MM-DD, an ISO 8601 time, today, yesterday, or a time "
+                            "ago such as 24h, 7d or 2w") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=tz)
     seconds = moment.timestamp()
     return seconds + 86400 if end_of_day and len(text) == 10 else seconds
 
 
 def _group(row: Mapping[str, Any], key: str | None) -> Group:
-    return Group(key=key, runs=row["runs"] or 0, requests=row["requests"] or 0,
+    names = row.keys()
+    run = RunFacts(row["started_at"], row["ended_at"], row["model"], json.loads(row["metadata"] or "{}"),
+                   row["error"]) if "started_at" in names else None
+    return Group(key=key, run=run, runs=row["runs"] or 0, requests=row["requests"] or 0,
                  input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0,
                  cache_read_tokens=row["cache_read_tokens"] or 0, cache_write_tokens=row["cache_write_tokens"] or 0,
                  reasoning_tokens=row["reasoning_tokens"] or 0, cost=row["cost"] or 0.0,
@@ -147,7 +233,10 @@ class Grouping:
     parameters: tuple[Any, ...] = ()
 
 
-def grouping(by: str) -> Grouping:
+def grouping(by: str, offset_s: float = 0.0) -> Grouping:
+    """`offset_s`: the report's time zone's offset from UTC, which days, weeks and months follow."""
+    if by in ("day", "week", "month") and offset_s:
+        return Grouping(BUILT_IN_GROUPS[by].replace(STARTED, f"({STARTED} + ?)"), parameters=(offset_s,))
     if by in BUILT_IN_GROUPS:
         return Grouping(BUILT_IN_GROUPS[by], ", json_each(r.tags) AS tag" if by == "tag" else "")
     if _METADATA_KEY.match(by):
@@ -156,17 +245,17 @@ def grouping(by: str) -> Grouping:
                         f"{', '.join(BUILT_IN_GROUPS)}")
 
 
-def selection(since: str | None = None, until: str | None = None,
-              where: Sequence[tuple[str, str]] = ()) -> tuple[str, list[Any]]:
+def selection(since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (),
+              tz: tzinfo = timezone.utc) -> tuple[str, list[Any]]:
     """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
     filters: list[Any] = []
     if since:
         conditions.append(f"{STARTED} >= ?")
-        filters.append(parse_time(since))
+        filters.append(parse_time(since, tz=tz))
     if until:
         conditions.append(f"{STARTED} < ?")
-        filters.append(parse_time(until, end_of_day=True))
+        filters.append(parse_time(until, end_of_day=True, tz=tz))
     for key, value in where:
         if not _METADATA_KEY.match(key):
             raise SettingsError(f"--where {key!r}: metadata keys are letters, digits, _ . -")
@@ -181,28 +270,47 @@ SOURCE = "runs r LEFT JOIN requests q ON q.run_id = r.run_id"
 
 
 def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
-                 where: Sequence[tuple[str, str]] = ()) -> Report:
-    """Totals per group, most expensive first, and a total that counts each request once."""
+                 where: Sequence[tuple[str, str]] = (), breakdown: bool = False, tz: str | None = None) -> Report:
+    """Totals per group, most expensive first, and a total that counts each request once; with
+    `breakdown`, each group's totals per model too. `tz` (an IANA name or an offset) says which
+    days, weeks and months the dates and groups are; by default UTC."""
     connection = connect(path, create=False)
     try:
-        return report_from(connection, by=by, since=since, until=until, where=where)
+        return report_from(connection, by=by, since=since, until=until, where=where, breakdown=breakdown,
+                           tz=zone(tz))
     finally:
         connection.close()
 
 
+_RUN_FACTS = (", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.started_at) AS started_at, "
+              "MAX(r.ended_at) AS ended_at, MAX(r.model) AS model, MAX(r.metadata) AS metadata, MAX(r.error) AS error")
+
+
 def report_from(connection: Any, *, by: str, since: str | None, until: str | None,
-                where: Sequence[tuple[str, str]]) -> Report:
+                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = timezone.utc) -> Report:
     """build_report, on a connection open to the ledger."""
-    group = grouping(by)
-    status_sql = ", MAX(COALESCE(r.stop_reason, 'running')) AS status" if by == "run" else ""
-    where_sql, filters = selection(since, until, where)
+    offset = datetime.now(tz).utcoffset() or timedelta()  # the zone's offset now (a day's groups follow it)
+    group = grouping(by, offset.total_seconds())
+    where_sql, filters = selection(since, until, where, tz)
     _check_dimension(connection, by)
     rows = connection.execute(
-        f"SELECT {group.key} AS grp, {_SUMS}{status_sql} FROM {SOURCE}{group.join} {where_sql} GROUP BY grp "
-        "ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*group.parameters, *filters]).fetchall()
+        f"SELECT {group.key} AS grp, {_SUMS}{_RUN_FACTS if by == 'run' else ''} FROM {SOURCE}{group.join} {where_sql} "
+        "GROUP BY grp ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*group.parameters, *filters]).fetchall()
     total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
-    groups = tuple(_group(row, None if row["grp"] is None else str(row["grp"])) for row in rows)
+    parts: dict[str | None, list[Group]] = {}
+    if breakdown:
+        model = BUILT_IN_GROUPS["model"]
+        for row in connection.execute(
+                f"SELECT {group.key} AS grp, {model} AS part, {_SUMS} FROM {SOURCE}{group.join} {where_sql} "
+                "GROUP BY grp, part ORDER BY SUM(q.cost) DESC, part", [*group.parameters, *filters]):
+            parts.setdefault(_key(row["grp"]), []).append(_group(row, _key(row["part"])))
+    groups = tuple(dataclasses.replace(_group(row, _key(row["grp"])), parts=tuple(parts.get(_key(row["grp"]), ())))
+                   for row in rows)
     return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
+
+
+def _key(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _check_dimension(connection: Any, by: str) -> None:

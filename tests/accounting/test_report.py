@@ -192,3 +192,61 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Pat
     assert (eng3.runs, eng3.requests, eng3.cost) == (2, 0, 0.0)
     by_day = {g.key: g.runs for g in build_report(ledger_path, by="day", since="2026-09-22").groups}
     assert by_day == {"2026-09-22": 4}  # r2, r4, and the two without requests, on the day they started
+
+
+def test_costs_in_json_carry_no_float_noise(tmp_path: Path) -> None:
+    path = tmp_path / "noise.db"
+    ledger = Ledger(path)
+    ledger.start_run(run_id="r", started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"ticket": "T"},
+                     tags=(), session_id=None)
+    for n, cost in enumerate((0.001416, 0.001416)):  # 0.0028320000000000003 as floats add up
+        ledger.record_request("r", request("r", n, (10, 1, 0), cost))
+    ledger.close()
+    assert '"cost": 0.002832,' in build_report(path).render("json")
+
+
+def test_by_run_says_when_on_what_how_each_run_ended_and_its_metadata(ledger_path: Path) -> None:
+    report = build_report(ledger_path, by="run")
+    r1 = next(g for g in report.groups if g.key == "r1")
+    assert r1.run is not None and (r1.run.model, dict(r1.run.metadata)) == ("litellm_proxy/coder",
+                                                                            {"ticket": "ENG-1", "team": "a"})
+    table = report.render("table")
+    assert "started (UTC)" in table and "2026-09-21 " in table and "ticket=ENG-1, team=a" in table
+    assert report.to_dict()["groups"][0]["run"]["started_at"] == DAY1
+
+
+def test_a_breakdown_gives_each_group_its_models(ledger_path: Path) -> None:
+    report = build_report(ledger_path, by="ticket", breakdown=True)
+    eng1 = next(g for g in report.groups if g.key == "ENG-1")
+    assert {p.key: p.requests for p in eng1.parts} == {"litellm_proxy/coder": 2, "openai/gpt-4o-mini": 1}
+    assert sum(p.cost for p in eng1.parts) == pytest.approx(eng1.cost)
+    assert "  └ openai/gpt-4o-mini" in report.render("table")
+    assert "ENG-1 / openai/gpt-4o-mini," in report.render("csv")
+
+
+def test_relative_times_and_a_time_zone() -> None:
+    from opencode_gateway.accounting.report import parse_time, zone
+
+    midnight = 1_790_035_200.0  # 2026-09-22 00:00 UTC
+    now = midnight + 3600
+    assert parse_time("7d", now=now) == now - 7 * 86400 and parse_time("24h", now=now) == now - 86400
+    assert parse_time("today", now=now) == midnight and parse_time("yesterday", now=now) == midnight - 86400
+    assert parse_time("today", end_of_day=True, now=now) == midnight + 86400
+    berlin = zone("Europe/Berlin")  # UTC+2 in September: the 22nd starts there at 22:00 UTC on the 21st
+    assert parse_time("2026-09-22", tz=berlin) == midnight - 7200 == parse_time("2026-09-22", tz=zone("+02:00"))
+    with pytest.raises(SettingsError, match="--tz 'Mars/Olympus' is not a time zone"):
+        zone("Mars/Olympus")
+    with pytest.raises(SettingsError, match="a time ago such as 24h"):
+        parse_time("last tuesday")
+
+
+def test_days_follow_the_time_zone(ledger_path: Path) -> None:
+    """The requests start at 13:33 UTC on the 21st and 22nd: at +11:00 that is 00:33 the next day."""
+    assert {g.key for g in build_report(ledger_path, by="day").groups} == {"2026-09-21", "2026-09-22"}
+    assert {g.key for g in build_report(ledger_path, by="day", tz="+11:00").groups} == {"2026-09-22", "2026-09-23"}
+
+
+def test_markdown_is_a_github_table(ledger_path: Path) -> None:
+    lines = build_report(ledger_path, by="ticket").render("markdown").splitlines()
+    assert lines[0].startswith("| ticket | runs | requests |") and lines[1].startswith("| --- | ---: | ---: |")
+    assert lines[-1].startswith("| **TOTAL** |") and all(line.endswith("|") for line in lines)
