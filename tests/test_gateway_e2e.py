@@ -78,6 +78,10 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
                            "--run", result.run_id, "--ledger", str(settings.ledger_path), "--format", "json")
     assert tampered.returncode == 1
     assert {line["status"] for line in json.loads(tampered.stdout)} == {"differs"}
+    # A key that may not read spend logs is a usage problem (exit 2), not a difference (it was exit 1).
+    refused = gateway_cli("report", "--reconcile", "--api-base", proxy.url, "--api-key", key,
+                          "--run", result.run_id, "--ledger", str(settings.ledger_path))
+    assert refused.returncode == 2 and "needs an admin key" in refused.stderr and key not in refused.stderr
 
 
 def test_a_key_that_may_not_use_the_group_fails_before_any_model_call(

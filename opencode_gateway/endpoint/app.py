@@ -11,6 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import hmac
+import html
 import json
 import logging
 import re
@@ -34,12 +35,12 @@ from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
-from ..opencode.process import opencode_retries
 from ..opencode.purpose import request_purpose
 from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import StreamStalled, Upstream, UpstreamReply, error_body
 
-__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response"]
+__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response",
+           "transient"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -296,8 +297,8 @@ class _Call:
         return await self.whole(reply)
 
     async def forward(self, headers: dict[str, str]) -> UpstreamReply:
-        """Send upstream, retrying what OpenCode would retry (never a spent budget, never a
-        timeout: waiting again would only double the wait)."""
+        """Send upstream, retrying a transient failure (never a spent budget, never a timeout:
+        waiting again would only double the wait)."""
         endpoint = self.endpoint
         for attempt in range(1, endpoint.retry.attempts + 1):
             self.attempts = attempt
@@ -308,7 +309,7 @@ class _Call:
                 message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
                 reply = UpstreamReply.error(message, 504)
                 break
-            if not opencode_retries(reply.status_code) or attempt == endpoint.retry.attempts:
+            if not transient(reply.status_code) or attempt == endpoint.retry.attempts:
                 break
             if is_budget_error(await reply.read()):
                 break
@@ -438,11 +439,23 @@ def _error_text(error: Any) -> str:
     return str(message or error)
 
 
+def transient(status_code: int) -> bool:
+    """A failure that another attempt may not meet: a timeout, a conflict, a rate limit, a server
+    error. Not 501 or 505 (the server does not do what was asked, and will not), nor another 4xx."""
+    return status_code in (408, 409, 429) or (status_code >= 500 and status_code not in (501, 505))
+
+
 def _error_message(raw: bytes) -> str | None:
     try:
         data = json.loads(raw)
     except ValueError:
-        return raw.decode(errors="replace").strip()[:2000] or None
+        text = raw.decode(errors="replace").strip()
+        if text[:200].lstrip().lower().startswith(("<!doctype", "<html")):  # a web server's page, not an API's
+            title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+            page = " ".join(html.unescape(title.group(1)).split()) if title else "no title"
+            return (f"an HTML page ({page!r}), not an API's answer: is the API base URL right (it usually ends in "
+                    "/v1)?")
+        return " ".join(text.split())[:2000] or None
     if isinstance(data, dict):
         error = data.get("error", data.get("detail"))
         if isinstance(error, dict):

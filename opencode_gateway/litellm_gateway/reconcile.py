@@ -86,9 +86,12 @@ def _gateway_rows(client: httpx.Client, base: str, run_id: str, started: float,
         response = client.get(f"{base}/spend/logs/v2", params={
             "session_id": run_id, "start_date": start.strftime(fmt), "end_date": end.strftime(fmt),
             "page": page, "page_size": 1000})
+        if response.status_code in (401, 403):  # the wrong key: a usage problem (exit 2), not a difference
+            raise SettingsError(f"the gateway refused to show its spend logs to this key (HTTP {response.status_code}):"
+                                " --reconcile needs an admin key of the gateway (--api-key, or LITELLM_PROXY_API_KEY)")
         if response.status_code != 200:
             raise GatewayError(f"the gateway's /spend/logs/v2 answered HTTP {response.status_code}: "
-                               f"{response.text[:300]} (reading spend logs needs an admin key)")
+                               f"{response.text[:300]}")
         body = response.json()
         rows += [r for r in body.get("data", []) if r.get("session_id") == run_id and r.get("status") == "success"]
         if page >= int(body.get("total_pages") or 1):
