@@ -324,6 +324,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from .serve import serve
 
+    if args.action == "login":
+        from .launch import login_url
+
+        print(login_url(load_settings(args.config).data_dir))
+        return 0
+
     def announce(url: str, token_file: str, login_url: str) -> None:
         print(f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
               "`opencode-gateway opencode -m MODEL`; Ctrl-C stops", file=sys.stderr, flush=True)
@@ -531,6 +537,8 @@ def _serve_command(commands: argparse._SubParsersAction[_Parser]) -> None:
                                                        "reachable from the network, with the token as only guard)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
                        help=f"port (default: {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("action", nargs="?", choices=("login",),
+                       help="login: print a new one-time login URL of the running server's dashboard")
     _upstream_flags(serve)
     _ledger_flag(serve)
     serve.set_defaults(handler=_cmd_serve)

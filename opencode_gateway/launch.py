@@ -95,6 +95,18 @@ def server_socket(data_dir: Path) -> Path:
     return folder / "endpoint.sock"
 
 
+def login_url(data_dir: Path) -> str:
+    """A new one-time login URL of the running server's dashboard (asked with its admin token)."""
+    server = ServerState.read(data_dir)
+    token = Path(server.token_file).read_text().strip()
+    try:
+        response = httpx.post(server.url + "/login-codes", headers={"authorization": f"Bearer {token}"}, timeout=5.0)
+        return str(response.raise_for_status().json()["login_url"])
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise SettingsError(f"the server at {server.url} gave no login URL ({exc}): is it this data dir's "
+                            f"server? ({data_dir})") from None
+
+
 def server_token(data_dir: Path) -> Path:
     """The server's stable token file: made once (0600), the same for every start."""
     token_file, _ = _paths(data_dir)

@@ -65,6 +65,18 @@ class DashboardAccess:
         return hmac.compare_digest(token.encode(), self._admin.encode())
 
 
+_LOGIN_HELP = ("the dashboard needs a login: open the login URL `serve` printed, or get a new one with "
+               "`opencode-gateway serve login` on the server's machine (or send the admin token as a bearer)")
+
+
+def _login_page(why: str) -> Response:
+    body = (f"<!doctype html><html lang=en><meta charset=utf-8><title>opencode-gateway: log in</title>"
+            f"<body style='font:15px system-ui;margin:40px'><h1>Spend dashboard</h1><p>{why}</p><p>A login link works "
+            "once. For a new one, run this on the machine where <code>opencode-gateway serve</code> runs, and open "
+            "the link it prints:</p><pre>opencode-gateway serve login</pre></body></html>")
+    return HTMLResponse(body, status_code=401, headers={"cache-control": "no-store"})
+
+
 def not_admin() -> Response:
     return error_response("this needs the server's admin token (its token file)", 401, "authentication_error")
 
@@ -87,9 +99,7 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path,
     """`/` (the page), `/dashboard/data` (its figures as JSON), `/login` and `/login-codes`."""
 
     def refused() -> Response:
-        return error_response("the dashboard needs a login: open the login URL `serve` printed (or send the admin "
-                              "token as a bearer; POST /login-codes with it makes a new login URL)", 401,
-                              "authentication_error")
+        return error_response(_LOGIN_HELP, 401, "authentication_error")
 
     async def read(request: Request) -> dict[str, Any] | Response:
         if not access.allows(request):
@@ -101,6 +111,8 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path,
             return error_response(str(exc), 400, "invalid_request_error")
 
     async def page(request: Request) -> Response:
+        if not access.allows(request):  # a browser: a page saying how to log in, not a JSON error
+            return _login_page("This dashboard needs a login.")
         data = await read(request)
         if isinstance(data, Response):
             return data
@@ -113,8 +125,7 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path,
     async def login(request: Request) -> Response:
         cookie = access.redeem(request.query_params.get("code", ""))
         if cookie is None:
-            return error_response("this login code is unknown or already used: ask the server's admin for a new "
-                                  "login URL (POST /login-codes with the admin token)", 401, "authentication_error")
+            return _login_page("This login link was already used, or is not one of this server's.")
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
         return response

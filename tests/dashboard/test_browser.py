@@ -132,6 +132,22 @@ def test_the_live_page_shows_a_new_request_within_its_refresh(live_server: Any, 
     page.screenshot(path=str(artifacts / "dashboard-live.png"))
 
 
+def test_a_spent_login_link_shows_how_to_get_a_new_one_and_serve_login_gives_one(live_server: Any,
+                                                                                 page: Any) -> None:
+    process, lines, env = live_server
+    first = login_url(lines)
+    page.goto(first)
+    page.wait_for_selector("body[data-ready]")
+    page.context.clear_cookies()
+    page.goto(first)  # spent: a page saying what to do, not a raw JSON 401
+    assert "already used" in page.inner_text("body") and "opencode-gateway serve login" in page.inner_text("pre")
+    fresh = subprocess.run([*CLI, "serve", "login"], env=env, capture_output=True, text=True, timeout=60)
+    assert fresh.returncode == 0, fresh.stderr
+    page.goto(fresh.stdout.strip())
+    page.wait_for_selector("body[data-ready]")
+    assert "<h1>Spend</h1>" in page.content()
+
+
 HOSTILE = '</script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
 

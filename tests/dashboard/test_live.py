@@ -39,7 +39,11 @@ async def client(tmp_path: Path, access: DashboardAccess) -> AsyncIterator[httpx
 @pytest.mark.parametrize("path", ["/", "/dashboard/data", "/dashboard/data?by=model"])
 async def test_without_a_login_the_page_and_its_data_are_401(client: httpx.AsyncClient, path: str) -> None:
     response = await client.get(path)
-    assert response.status_code == 401 and "login URL" in response.json()["error"]["message"]
+    assert response.status_code == 401
+    if path == "/":  # a browser's: a page that says how to get a login link
+        assert "opencode-gateway serve login" in response.text and "<h1>Spend</h1>" not in response.text
+    else:
+        assert "opencode-gateway serve login" in response.json()["error"]["message"]
     client.cookies.set(COOKIE, "guessed")
     assert (await client.get(path)).status_code == 401
 
@@ -60,7 +64,8 @@ async def test_a_login_code_works_once_and_sets_a_strict_httponly_cookie(
     assert (await client.get("/dashboard/data")).json()["total"]["requests"] == 36
     client.cookies.clear()
     again = await client.get(f"/login?code={code}", follow_redirects=False)
-    assert again.status_code == 401 and "already used" in again.json()["error"]["message"]
+    assert again.status_code == 401 and again.headers["content-type"].startswith("text/html")
+    assert "already used" in again.text and "opencode-gateway serve login" in again.text  # not a raw JSON 401
     assert (await client.get("/")).status_code == 401
 
 
