@@ -1,10 +1,10 @@
 """A real LiteLLM proxy (litellm[proxy] 1.108.7) with a real PostgreSQL, offline, on 127.0.0.1.
 
 LiteLLM's proxy reaches Postgres through prisma-client-py, which normally downloads Prisma's native
-engines; here they cannot be downloaded. So (following the team's recipe in
-shared/tools/litellm-proxy-offline): LiteLLM's own migrations are applied with psql, and Prisma's
-official WASM query engine stands in for the native one (scripts/proxy/qe-shim.mjs, npm packages
-only). Everything is installed under .tools/proxy/ by `install()`, once.
+engines; here they cannot be downloaded. So LiteLLM's own migrations are applied with psql, and
+Prisma's official WASM query engine stands in for the native one (scripts/proxy/qe-shim.mjs, npm
+packages only; the recipe came from the team's notes on running the proxy offline, outside this
+repository). Everything is installed under .tools/proxy/ by `install()`, once.
 
     with LiteLLMProxy(model_list) as proxy:      # Postgres + proxy up, healthy
         proxy.url, proxy.master_key
