@@ -457,13 +457,17 @@ def _attribution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG", help="extra spend tag")
 
 
+def _route_flag(parser: argparse.ArgumentParser) -> None:
+    """Not for a launch: its background calls follow the routes of the settings `serve` read."""
+    parser.add_argument("--route", dest="routes", action="append", default=[], metavar="PURPOSE=MODEL",
+                        help="send OpenCode's title, summary or compaction calls to MODEL, whatever OpenCode asks "
+                        "for (a summary's or compaction's model must take as much input as -m); repeatable")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
     parser.add_argument("--small-model", metavar="MODEL", help="model of OpenCode's background calls (titles, "
                         "summaries), e.g. a cheap group (default: -m)")
-    parser.add_argument("--route", dest="routes", action="append", default=[], metavar="PURPOSE=MODEL",
-                        help="send OpenCode's title, summary or compaction calls to MODEL, whatever OpenCode asks "
-                        "for (a summary's or compaction's model must take as much input as -m); repeatable")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     parser.add_argument("--permissions", metavar="MODE",
                         help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: the agent's own; "
@@ -478,6 +482,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     run = commands.add_parser("run", help="run OpenCode once on a prompt")
     _common(run)
+    _route_flag(run)
     _upstream_flags(run)
     _attribution(run)
     run.add_argument("--agent", help="OpenCode agent (default: build)")
@@ -506,6 +511,7 @@ def _batch_command(commands: argparse._SubParsersAction[_Parser]) -> None:
                        "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
                        "output, timeout, max_cost, max_requests, max_tokens}")
     _common(batch)
+    _route_flag(batch)
     _attribution(batch)
     batch.add_argument("--concurrency", type=int, default=4, metavar="N", help="tasks at a time (default: 4)")
     batch.add_argument("--workdir-root", metavar="DIR",
@@ -565,6 +571,7 @@ def _launchers_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 def _config_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     config = commands.add_parser("config", help="print the isolated opencode.json a run would use")
     _common(config)
+    _route_flag(config)
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
 
