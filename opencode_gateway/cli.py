@@ -253,8 +253,11 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
     data = dashboard_data(settings.ledger_path, Query(by=args.by, since=args.since, until=args.until,
                                                       where=tuple(where), limit=None))
     target = Path(args.html)
-    try:
-        target.write_text(render_page(data))
+    try:  # as private as the ledger it shows (0600): it names every ticket, workdir and cost
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)  # a file that existed keeps its mode through O_CREAT
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(render_page(data))
     except OSError as exc:
         raise SettingsError(f"cannot write {target}: {exc.strerror}: pass --html PATH in a writable folder") from None
     print(f"opencode-gateway: wrote {target} ({data['total']['requests']:,} requests, {data['runs']['count']:,} runs)",

@@ -276,3 +276,15 @@ def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path: Path) -> No
     for _ in range(3):
         piped = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
         assert piped.stderr == "", piped.stderr[-2000:]
+
+
+def test_the_html_report_is_as_private_as_the_ledger(tmp_path: Path) -> None:
+    from tests.builders import spend_ledger
+
+    ledger = spend_ledger(tmp_path / "ledger.db")
+    out = tmp_path / "spend.html"
+    out.write_text("an older, world-readable copy")
+    out.chmod(0o644)
+    assert cli("report", "--ledger", str(ledger), "--html", str(out)).returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o600 == (ledger.stat().st_mode & 0o777)
+    assert "<h1>Spend</h1>" in out.read_text()
