@@ -106,8 +106,7 @@ class RunView:
             self._print(RichText(f"→ {event.tool}", style="cyan"))
         elif isinstance(event, ToolResult):
             self._tool_ended(event)
-        elif isinstance(event, StepStart):
-            self._flush()
+        elif isinstance(event, StepStart):  # may come after the step's first streamed words: no flush
             self.activity = "waiting for the model"
         elif isinstance(event, RequestFinished):
             self.requests += 1

@@ -45,6 +45,12 @@ def test_streamed_text_is_printed_line_by_line_and_opencodes_whole_text_not_agai
     assert text.count("Hello, world.") == 1 and text.count("Second line.") == 1
 
 
+def test_opencodes_step_start_after_the_first_words_does_not_break_the_line() -> None:
+    text = shown(TextDelta("s", text="I'll write"), StepStart("s"), TextDelta("s", text=" the program first."),
+                 ToolRequested("s", tool="write"))
+    assert "I'll write the program first." in text
+
+
 def test_text_that_did_not_stream_through_the_endpoint_is_printed_whole() -> None:
     assert "From an earlier session." in shown(StepStart("s"), Text("s", text="From an earlier session."))
 
