@@ -91,3 +91,15 @@ def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream:
         if script.poll() is None:
             script.kill()
             script.wait()
+
+
+def test_setup_says_what_it_installs_and_a_second_call_says_nothing(tmp_path: Path) -> None:
+    """A fresh clone's first set-up takes minutes: it said nothing meanwhile. Here, a data dir
+    without OpenCode: set-up says it installs it; once it is there, set-up is silent."""
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
+    first = subprocess.run([str(ROOT / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert f"setup: installing OpenCode (npm package opencode-ai) into {tmp_path / 'home'}/" in first.stderr
+    assert (tmp_path / "home" / "opencode" / "node_modules" / ".bin" / "opencode").exists()
+    again = subprocess.run([str(ROOT / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "setup:" not in again.stderr, again.stderr
