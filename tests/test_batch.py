@@ -95,6 +95,8 @@ def test_progress_counts_done_failed_running_tokens_and_cost(tmp_path: Path) -> 
     lines = out.getvalue().splitlines()
     assert lines[0] == "t1: started" and "t1: done · 2 requests · $0.250000 · 10.0 s" in lines
     assert "t3: FAILED (error) · refused · 1.0 s" in lines
+    progress.finished(Outcome("t4", result(requests=1)), 2.0)
+    assert "t4: done · 1 request · $0.250000 · 2.0 s" in out.getvalue()  # not "1 requests"
     assert lines[-1].startswith("batch b: 1/4 done · 1 failed · 1 running")
 
 
