@@ -26,6 +26,7 @@ from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .opencode.binary import SUPPORTED
 from .opencode.config import OPENCODE_VERSION, TOOLS
+from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 from .settings import PERMISSION_MODES, RunSettings, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -436,9 +437,9 @@ def _budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
 
 
 def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sandbox", choices=("auto", "bwrap", "none"),
+    parser.add_argument("--sandbox", choices=SANDBOX_KINDS,
                         help="confine OpenCode with bubblewrap (default: auto, when it works here)")
-    parser.add_argument("--sandbox-network", choices=("endpoint", "host"),
+    parser.add_argument("--sandbox-network", choices=SANDBOX_NETWORKS,
                         help="in the sandbox, reach only the run's endpoint (default) or the host's network")
     parser.add_argument("--sandbox-allow-write", action="append", default=[], metavar="PATH",
                         help="a path the sandboxed run may write besides its workdir; repeatable")
@@ -604,7 +605,7 @@ def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
     doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     _upstream_flags(doctor)
-    doctor.add_argument("--sandbox", choices=("auto", "bwrap", "none"), help="the sandbox to check (default: auto)")
+    doctor.add_argument("--sandbox", choices=SANDBOX_KINDS, help="the sandbox to check (default: auto)")
     _opencode_bin_flag(doctor)
     _ledger_flag(doctor)
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .accounting.budget import Refusal
-from .accounting.records import RequestRecord, totals
+from .accounting.records import RequestRecord, StopReason, totals
 from .errors import (
     BudgetExceeded,
     GatewayError,
@@ -24,7 +24,7 @@ from .errors import (
     UpstreamError,
 )
 from .files import FileChange
-from .litellm_gateway.protocol import is_budget_error
+from .litellm_gateway.protocol import Mode, is_budget_error
 from .opencode.lines import Error, Event
 from .opencode.process import ProcessExit
 from .output import OutputSpec
@@ -39,7 +39,7 @@ class Happened:
 
     run_id: str
     model: str
-    mode: str  # "gateway" or "sdk"
+    mode: Mode
     sandbox: str  # "bwrap" or "none"
     timeout: float  # the run's limit, for the message when it was hit
     exit: ProcessExit
@@ -83,7 +83,7 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     return result
 
 
-def _ending(happened: Happened) -> tuple[str, GatewayError | None]:
+def _ending(happened: Happened) -> tuple[StopReason, GatewayError | None]:
     if happened.refusal is not None:
         if happened.refusal.limit == "max_turns":
             return "max_turns", TurnLimitReached(str(happened.refusal))

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .accounting.budget import Budget
+from .accounting.records import Purpose
 from .errors import SettingsError
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
@@ -77,7 +78,7 @@ class Launch:
         budget = Budget.from_setting("budget", data.get("budget") or {})
         return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget, model, small_model or None)
 
-    def route(self, requested: Any, purpose: str, routes: Mapping[str, str]) -> str:
+    def route(self, requested: Any, purpose: Purpose, routes: Mapping[str, str]) -> str:
         """The model a request of this launch goes to (`routes`: the server's per purpose)."""
         return routed_model(requested, purpose, model=self.model, small_model=self.small_model, routes=routes)
 

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting.records import RequestRecord, RunUsage, cache_saved
+from .accounting.records import RequestRecord, RunUsage, StopReason, cache_saved
 from .errors import GatewayError
 from .files import FileChange
+from .litellm_gateway.protocol import Mode
 from .opencode.lines import Event, StepStart, Text
 
 __all__ = ["OutputInvalid", "RunResult", "final_text", "relayed_text"]
@@ -20,9 +21,9 @@ class RunResult:
     run_id: str
     text: str  # the final answer: the text of the last step that produced text
     session_id: str | None
-    stop_reason: str  # "done", "error", "timeout", "budget_exceeded", "max_turns"
+    stop_reason: StopReason
     model: str
-    mode: str  # "sdk" or "gateway"
+    mode: Mode
     usage: RunUsage
     cost: float | None  # USD; None when some request could not be priced
     requests: tuple[RequestRecord, ...] = ()

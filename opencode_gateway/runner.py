@@ -32,7 +32,7 @@ from . import _litellm
 from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.pricing import Pricer
-from .accounting.records import RequestRecord
+from .accounting.records import Purpose, RequestRecord
 from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
 from .endpoint.server import EndpointServer
@@ -297,7 +297,7 @@ def _routed(targets: Mapping[str, Target], settings: RunSettings) -> Target | Ta
     if len(targets) == 1:
         return targets[settings.model]
 
-    def target(headers: Mapping[str, str], requested: Any, purpose: str) -> Target:
+    def target(headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
         return targets[routed_model(requested, purpose, model=settings.model, small_model=settings.small_model,
                                     routes=settings.routes)]
 

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from .accounting.run import RunAccount, Totals
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
+from .accounting.records import Purpose
 from .accounting.records import RequestRecord
 from .endpoint.app import (
     BadRequest,
@@ -126,7 +127,7 @@ class SessionRouter:
             self.upstreams[model] = upstream_for(self.settings, model)
         return self.upstreams[model]
 
-    def target(self, headers: Mapping[str, str], requested: Any, purpose: str) -> Target:
+    def target(self, headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
         """The request's session run and model: its purpose's route, the launch's model, or its
         small model when the request names that; whatever else it names is not forwarded anywhere."""
         launch = self.launches[token_digest(bearer(headers) or "")]  # the endpoint let only known tokens in

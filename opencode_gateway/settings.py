@@ -25,7 +25,8 @@ from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
-from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
+from .litellm_gateway.protocol import GATEWAY_PREFIX, Mode, mode_of
+from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 
 __all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
            "check_routes",
@@ -161,7 +162,7 @@ class Settings:
         return self.ledger or self.data_dir / "ledger.db"
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         """`gateway` for a LiteLLM proxy model group (`litellm_proxy/<group>`), else `sdk`."""
         return mode_of(self.model or "")
 
@@ -275,10 +276,11 @@ def _check(settings: RunSettings) -> None:
         value = getattr(settings, name)
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
             raise SettingsError(f"{name} {value} is invalid: give a number above 0")
-    if settings.sandbox not in ("auto", "bwrap", "none"):
-        raise SettingsError(f"sandbox {settings.sandbox!r} is not known: use auto, bwrap or none")
-    if settings.sandbox_network not in ("endpoint", "host"):
-        raise SettingsError(f"sandbox_network {settings.sandbox_network!r} is not known: use endpoint or host")
+    if settings.sandbox not in SANDBOX_KINDS:
+        raise SettingsError(f"sandbox {settings.sandbox!r} is not known: use {', '.join(SANDBOX_KINDS)}")
+    if settings.sandbox_network not in SANDBOX_NETWORKS:
+        raise SettingsError(f"sandbox_network {settings.sandbox_network!r} is not known: use "
+                            f"{', '.join(SANDBOX_NETWORKS)}")
     for path in (*settings.sandbox_allow_write, *settings.sandbox_allow_read):
         if not Path(path).is_absolute() or not Path(path).exists():
             raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")

@@ -105,3 +105,24 @@ def test_a_type_checker_rejects_a_misspelt_option_and_a_wrong_type(tmp_path: Pat
     assert len(errors) == 2, checked.stdout
     assert ':4: error: Unexpected keyword argument "modle"' in errors[0]
     assert ':5: error: Argument "max_cost" to "run" has incompatible type "str"' in errors[1]
+
+
+def test_the_gateway_prefix_is_spelled_in_one_place() -> None:
+    """`litellm_proxy/` as a value (not in a message) is GATEWAY_PREFIX, written once."""
+    spelled = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Constant) and node.value == "litellm_proxy/"]
+    assert spelled == ["litellm_gateway/protocol.py"]
+
+
+def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_checks() -> None:
+    from typing import get_args
+
+    from opencode_gateway.accounting.records import Purpose, RunOutcome, StopReason
+    from opencode_gateway.litellm_gateway.protocol import Mode
+    from opencode_gateway.result import RunResult
+
+    assert get_args(StopReason) == ("done", "error", "timeout", "budget_exceeded", "max_turns")
+    assert set(get_args(RunOutcome)) == {*get_args(StopReason), "interrupted"}
+    assert get_args(Purpose) == ("main", "title", "summary", "compaction") and get_args(Mode) == ("gateway", "sdk")
+    assert RunResult.__annotations__["stop_reason"] == "StopReason" and RunResult.__annotations__["mode"] == "Mode"

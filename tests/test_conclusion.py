@@ -24,7 +24,7 @@ from opencode_gateway.output import OutputSpec
 from opencode_gateway.result import OutputInvalid
 from tests import builders
 
-EXITED = ProcessExit(0, "", timed_out=False, stopped=False)
+EXITED = ProcessExit(0, "", timed_out=False)
 ANSWER = (StepStart("ses_1"), Text("ses_1", text="Looking."), StepStart("ses_1"), Text("ses_1", text="Done."))
 
 
@@ -48,21 +48,21 @@ def test_a_run_that_exited_cleanly_is_done_with_its_last_steps_text_and_totals()
 
 def test_a_budget_refusal_ends_it_as_budget_exceeded_whatever_else_happened() -> None:
     result = conclude(happened(refusal=Refusal("max_requests", "run budget exceeded: max_requests is 1"),
-                               exit=ProcessExit(None, "", True, True),
+                               exit=ProcessExit(None, "", True),
                                fatal=record(500, "boom")))
     assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
     assert "max_requests is 1" in str(result.error)
 
 
 def test_a_timeout_names_the_limit() -> None:
-    result = conclude(happened(exit=ProcessExit(None, "", timed_out=True, stopped=False)))
+    result = conclude(happened(exit=ProcessExit(None, "", timed_out=True)))
     assert result.stop_reason == "timeout" and isinstance(result.error, RunTimeout)
     assert "timeout of 30 s" in str(result.error)
 
 
 def test_the_failed_request_that_ended_the_run_is_its_error() -> None:
     failed = record(503, "the provider is overloaded")
-    result = conclude(happened(records=(record(), failed), fatal=failed, exit=ProcessExit(None, "", False, True)))
+    result = conclude(happened(records=(record(), failed), fatal=failed, exit=ProcessExit(None, "", False)))
     assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
     assert (result.error.status_code, str(result.error)) == (503, "the provider is overloaded")
 
@@ -70,7 +70,7 @@ def test_the_failed_request_that_ended_the_run_is_its_error() -> None:
 def test_a_gateway_budget_error_is_budget_exceeded() -> None:
     failed = record(400, "Budget has been exceeded! Current cost: 2.0, Max budget: 1.0")
     result = conclude(happened(records=(failed,), events=(Error("ses_1", name="APIError", message="x", status_code=400),),
-                               exit=ProcessExit(1, "", False, False)))
+                               exit=ProcessExit(1, "", False)))
     assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
 
 
@@ -79,20 +79,20 @@ def test_a_gateway_budget_error_is_budget_exceeded() -> None:
     (Error("ses_1", name="ContextOverflow", message="too long"), OpenCodeError, None),
 ])
 def test_opencodes_own_error_event_is_the_error(error: Error, expected: type, status: int | None) -> None:
-    result = conclude(happened(events=(*ANSWER, error), exit=ProcessExit(1, "", False, False)))
+    result = conclude(happened(events=(*ANSWER, error), exit=ProcessExit(1, "", False)))
     assert result.stop_reason == "error" and isinstance(result.error, expected)
     assert getattr(result.error, "status_code", None) == status
 
 
 def test_an_upstream_errors_own_message_wins_over_opencodes_rewording() -> None:
     failed = record(401, "Incorrect API key provided")
-    result = conclude(happened(records=(failed,), exit=ProcessExit(1, "", False, False),
+    result = conclude(happened(records=(failed,), exit=ProcessExit(1, "", False),
                                events=(Error("ses_1", name="APIError", message="Unauthorized", status_code=401),)))
     assert str(result.error) == "Incorrect API key provided"
 
 
 def test_a_nonzero_exit_without_an_event_names_the_last_stderr_line() -> None:
-    result = conclude(happened(events=(), exit=ProcessExit(1, "starting\nError: Session not found", False, False)))
+    result = conclude(happened(events=(), exit=ProcessExit(1, "starting\nError: Session not found", False)))
     assert result.stop_reason == "error" and isinstance(result.error, OpenCodeFailed)
     assert str(result.error) == "opencode exited with code 1: Error: Session not found"
 
@@ -104,7 +104,7 @@ def test_requested_output_is_parsed_from_the_answer_or_is_an_output_invalid() ->
     bad = conclude(happened(events=(StepStart("s"), Text("s", text="no JSON here"))), spec)
     assert bad.stop_reason == "error" and isinstance(bad.error, OutputInvalid)
     assert bad.error.raw_text == "no JSON here" and bad.error.result is bad
-    failed = conclude(happened(exit=ProcessExit(None, "", True, False)), spec)
+    failed = conclude(happened(exit=ProcessExit(None, "", True)), spec)
     assert failed.stop_reason == "timeout" and failed.output is None  # no answer is parsed from a failed run
 
 
@@ -115,7 +115,7 @@ def test_unpriced_requests_make_the_cost_unknown_and_say_so() -> None:
 
 def test_the_turn_cap_ends_it_as_max_turns_keeping_the_text_so_far() -> None:
     result = conclude(happened(refusal=Refusal("max_turns", "turn limit reached: max_turns is 2"),
-                               exit=ProcessExit(None, "", False, True)))
+                               exit=ProcessExit(None, "", False)))
     assert result.stop_reason == "max_turns" and isinstance(result.error, TurnLimitReached)
     assert result.text == "Done." and not result.ok
 
@@ -129,7 +129,7 @@ def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning(
     records = (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None),
                builders.record("r3", purpose="compaction"), builders.record("r4"))
     result = conclude(happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]),
-                               exit=ProcessExit(1, "", timed_out=False, stopped=False)))
+                               exit=ProcessExit(1, "", timed_out=False)))
     assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
     assert any("OpenCode compacted it and went on" in warning for warning in result.warnings)
 
@@ -142,5 +142,5 @@ def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning(
 ])
 def test_an_overflow_that_was_not_compacted_away_is_an_error(records: tuple[RequestRecord, ...]) -> None:
     result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW),
-                               exit=ProcessExit(1, "", timed_out=False, stopped=False)))
+                               exit=ProcessExit(1, "", timed_out=False)))
     assert result.stop_reason == "error" and result.error is not None

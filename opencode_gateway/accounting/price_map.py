@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..litellm_gateway.protocol import GATEWAY_PREFIX
 from .usage import Usage
 
 __all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "price_map"]
@@ -62,7 +63,6 @@ PROVIDERS = frozenset({
 })
 # Providers whose models litellm also knows by their bare names ("gpt-4o-mini").
 _BARE = frozenset({"openai", "anthropic"})
-_PROXY_PREFIX = "litellm_proxy/"  # litellm prices a gateway's `litellm_proxy/<model>` as <model>
 
 
 @functools.cache
@@ -159,7 +159,8 @@ def map_price(model: str, usage: Usage) -> float | None:
     if "litellm" in sys.modules:
         return None
     entries = price_map()
-    entry = None if entries is None else entries.get(model.removeprefix(_PROXY_PREFIX))
+    # litellm prices a gateway's `litellm_proxy/<model>` as <model>
+    entry = None if entries is None else entries.get(model.removeprefix(GATEWAY_PREFIX))
     return None if entry is None else entry_cost(entry, usage)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import _litellm
 from ..errors import SettingsError
+from ..litellm_gateway.protocol import GATEWAY_PREFIX
 from .price_map import map_price, price_map
 from .usage import Usage
 
@@ -132,10 +133,10 @@ def per_million(model: str, prices: Mapping[str, Price]) -> dict[str, float] | N
     plain per-token price (a gateway group's price is the gateway's). OpenCode then shows what a
     session costs as the ledger does (OpenCode prices reasoning as output, and its openai-compatible
     provider counts cache writes as input: where those are priced otherwise, its figure is close)."""
-    price = prices.get(model) or prices.get(model.removeprefix("litellm_proxy/"))
+    price = prices.get(model) or prices.get(model.removeprefix(GATEWAY_PREFIX))
     if price is None:
         entries = price_map()
-        entry = None if entries is None else entries.get(model.removeprefix("litellm_proxy/"))
+        entry = None if entries is None else entries.get(model.removeprefix(GATEWAY_PREFIX))
         if entry is None:
             return None
         price = Price(entry["input_cost_per_token"], entry["output_cost_per_token"],

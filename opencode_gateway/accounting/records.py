@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .pricing import Cost
 from .usage import Usage
 
-__all__ = ["RequestRecord", "RunUsage", "cache_saved", "totals"]
+__all__ = ["Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved", "totals"]
+
+# How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
+StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
+RunOutcome = Literal[StopReason, "interrupted"]
+# What a request was for: the agent's turn, or one of OpenCode's background calls (opencode/purpose.py).
+Purpose = Literal["main", "title", "summary", "compaction"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class RequestRecord:
     estimated: bool = False  # `usage` was estimated with litellm's token counter
     response_id: str | None = None  # the upstream's id of the call (chatcmpl-...)
     session_id: str | None = None  # the OpenCode session that made it (x-session-id)
-    purpose: str = "main"  # main, or a background call: title, summary, compaction (opencode/purpose.py)
+    purpose: Purpose = "main"
     # The text of the answer as the endpoint relayed it from the model (None: not kept). A run's
     # answer is taken from here, never from OpenCode's output, which the agent can write to.
     # Not in the ledger, nor in to_dict().

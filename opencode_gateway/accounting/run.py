@@ -31,7 +31,7 @@ from typing import Any
 from .budget import Budget, PeriodBudget, Refusal, Spent
 from .ledger import Ledger, RunLedger
 from .pricing import Pricer
-from .records import RequestRecord, RunUsage
+from .records import Purpose, RequestRecord, RunOutcome, RunUsage
 from .usage import Usage
 
 __all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage"]
@@ -147,7 +147,7 @@ class RunAccount:
                                    stop_reason=stop_reason, error=error, usage=self.usage, cost=self.cost,
                                    unpriced=self.unpriced)
 
-    def finish(self, session_id: str | None, stop_reason: str, error: str | None) -> None:
+    def finish(self, session_id: str | None, stop_reason: RunOutcome, error: str | None) -> None:
         """Close the run's row, once (a later call changes nothing), and wait until it is committed."""
         if self.finished:
             return
@@ -189,7 +189,7 @@ class RunAccount:
         if self.on_record is not None:
             self.on_record(record)
 
-    def reserve(self, body: Mapping[str, Any], models: Sequence[str], purpose: str = "main") -> Spent:
+    def reserve(self, body: Mapping[str, Any], models: Sequence[str], purpose: Purpose = "main") -> Spent:
         """A call's reservation: one request, its estimated tokens, their price, and a turn when it
         is one of the agent's (`purpose` main). With a cost limit and no price known (a gateway
         group whose cost only the gateway reports), a call is reserved at the highest cost a call

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from ..accounting.run import RunAccount
 from ..accounting.pricing import Cost, Pricer
-from ..accounting.records import RequestRecord
+from ..accounting.records import Purpose, RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
@@ -76,7 +76,7 @@ class Target:
 
 # Chooses the target of one request from its headers, its body's `model` and what it is for
 # (opencode/purpose.py); raises BadRequest.
-Targeting = Callable[[Mapping[str, str], Any, str], Target]
+Targeting = Callable[[Mapping[str, str], Any, Purpose], Target]
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ class _Call:
     """One request's timing and accounting, from forwarding to its record."""
 
     def __init__(self, endpoint: Endpoint, target: Target, stream: bool, body: dict[str, Any],
-                 session_id: str | None, purpose: str = "main") -> None:
+                 session_id: str | None, purpose: Purpose = "main") -> None:
         self.endpoint = endpoint
         self.target = target
         self.stream = stream

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["GATEWAY_PREFIX", "gateway_base", "is_budget_error", "mode_of"]
+from typing import Literal
+
+__all__ = ["GATEWAY_PREFIX", "Mode", "gateway_base", "is_budget_error", "mode_of"]
+
+Mode = Literal["gateway", "sdk"]
 
 GATEWAY_PREFIX = "litellm_proxy/"  # a model string naming one of the gateway's model groups
 
 
-def mode_of(model: str) -> str:
+def mode_of(model: str) -> Mode:
     """`gateway` for one of a LiteLLM gateway's model groups (`litellm_proxy/<group>`), else `sdk`
     (litellm in this process calls the provider)."""
     return "gateway" if model.startswith(GATEWAY_PREFIX) else "sdk"

@@ -54,7 +54,6 @@ class ProcessExit:
     exit_code: int | None  # None: killed before it exited by itself
     stderr_tail: str
     timed_out: bool
-    stopped: bool  # ended by stop(), e.g. because the endpoint saw a fatal error
 
 
 def opencode_retries(status_code: int) -> bool:
@@ -138,9 +137,9 @@ class OpenCodeProcess:
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:
                 readers.result()
-                return ProcessExit(await process.wait(), self.stderr_tail, timed_out=False, stopped=False)
+                return ProcessExit(await process.wait(), self.stderr_tail, timed_out=False)
             await self.kill()
-            return ProcessExit(None, self.stderr_tail, timed_out=not done, stopped=bool(done))
+            return ProcessExit(None, self.stderr_tail, timed_out=not done)
         finally:
             stop.cancel()
             await self.kill()  # also when cancelled (Ctrl-C): never leave anything behind

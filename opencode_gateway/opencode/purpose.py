@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["BACKGROUND", "PURPOSES", "request_purpose", "routed_model"]
+from ..accounting.records import Purpose
 
-PURPOSES = ("main", "title", "summary", "compaction")
-BACKGROUND = PURPOSES[1:]  # what a `routes:` setting may send elsewhere
-_SYSTEM_PROMPTS = (("title", "You are a title generator"), ("compaction", "You are a context summarization agent"))
+__all__ = ["BACKGROUND", "request_purpose", "routed_model"]
+
+BACKGROUND: tuple[Purpose, ...] = ("title", "summary", "compaction")  # what a `routes:` setting may send elsewhere
+_SYSTEM_PROMPTS: tuple[tuple[Purpose, str], ...] = (("title", "You are a title generator"),
+                                                     ("compaction", "You are a context summarization agent"))
 _SUMMARY_INSTRUCTION = "Summarize what was done in this conversation"
 
 
@@ -34,7 +36,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def request_purpose(body: Mapping[str, Any]) -> str:
+def request_purpose(body: Mapping[str, Any]) -> Purpose:
     """`main`, `title`, `summary` or `compaction`, from a Chat Completions request body."""
     if body.get("tools"):  # only a turn can act
         return "main"
@@ -51,7 +53,7 @@ def request_purpose(body: Mapping[str, Any]) -> str:
     return "main"
 
 
-def routed_model(requested: Any, purpose: str, *, model: str, small_model: str | None,
+def routed_model(requested: Any, purpose: Purpose, *, model: str, small_model: str | None,
                  routes: Mapping[str, str]) -> str:
     """The model a request goes to: its purpose's route, else the small model when the request
     names that, else the run's model (whatever else it names: a request never picks a model)."""
