@@ -28,6 +28,11 @@ def _vendor(name: str) -> str:
     return (resources.files("opencode_gateway.dashboard") / "vendor" / name).read_text()
 
 
+def _asset(name: str) -> str:
+    """The page's own styles and script, package files beside vendor/ (assets/)."""
+    return (resources.files("opencode_gateway.dashboard") / "assets" / name).read_text()
+
+
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -166,145 +171,5 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     )
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>opencode-gateway spend</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_vendor("uPlot.min.css")}'
-            f'{_STYLE}</style><script>document.documentElement.className = "js";</script></head><body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
-            f"<script>{_SCRIPT}</script></body></html>")
-
-
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
-main{max-width:1200px;margin:0 auto;padding:16px 24px}
-h1{margin:0}h2{font-size:16px;margin:24px 0 8px}.filter,.generated{color:#5b6675;margin:2px 0}
-.cards{display:flex;flex-wrap:wrap;gap:8px;margin-top:12px}
-.card{background:#fff;border:1px solid #dde2e8;border-radius:6px;padding:8px 12px;min-width:110px}
-.card b{display:block;font-size:18px}.card span{color:#5b6675;font-size:12px}
-.alert{background:#fff4e5;border:1px solid #f0b35b;border-radius:6px;padding:8px 12px}
-table{border-collapse:collapse;background:#fff;width:100%;font-size:13px}
-th,td{border-bottom:1px solid #e6e9ee;padding:4px 8px;text-align:right;vertical-align:top}
-th:first-child,td:first-child,td.t{text-align:left}th{background:#eef1f5}
-.chart{background:#fff;border:1px solid #dde2e8;border-radius:6px;min-height:320px}
-.js #runs tbody.run{display:none}.js #runs tbody.run.shown{display:table-row-group}
-.pager button{margin:0 4px}details .requests table{margin-top:4px;background:#fafbfc}
-tr.detail td{border-bottom:2px solid #dde2e8;padding-top:0}tr.detail summary{color:#5b6675;cursor:pointer}
-"""
-
-# Stacked bars: uPlot draws series as given, so each series is drawn as the running sum of those
-# before it, the tallest first; the legend shows each series' own figure.
-_SCRIPT = """
-(function () {
-  "use strict";
-  var D = JSON.parse(document.getElementById("data").textContent);
-  var COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
-  var charts = [];
-  var page = 0;
-
-  function stacked(target, series) {
-    var el = document.getElementById(target);
-    if (!el) return;
-    el.textContent = "";
-    var hourly = D.bucket === "hour", step = hourly ? 3600 : 86400;
-    var xs = D.days.map(function (d) { return Date.parse(hourly ? d + ":00Z" : d + "T00:00:00Z") / 1000; });
-    var sums = [], running = xs.map(function () { return 0; });
-    series.cost.forEach(function (values) {
-      running = running.map(function (v, i) { return v + values[i]; });
-      sums.push(running.slice());
-    });
-    var order = sums.map(function (_, i) { return i; }).reverse();
-    var totals = series.cost.map(function (values) { return values.reduce(function (a, b) { return a + b; }, 0); });
-    var opts = {
-      width: el.clientWidth || 900, height: 300,
-      scales: {x: {time: true, auto: false, range: [Math.min.apply(null, xs) - step / 2, Math.max.apply(null, xs) + step / 2]},
-               // Spend starts at $0: a range from the smallest bar drew 84% of the spend as a sliver.
-               y: {auto: false, range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }}},
-      axes: [{incrs: hourly ? [3600, 3 * 3600, 6 * 3600] : [86400, 7 * 86400, 28 * 86400],
-               values: function (u, vals) { return vals.map(function (v) { return new Date(v * 1000).toISOString().slice(hourly ? 11 : 5, hourly ? 16 : 10); }); }},
-             {size: 80, values: function (u, vals) { return vals.map(function (v) { return "$" + Number(v.toPrecision(3)); }); }}],
-      hooks: {draw: [function (u) {  // the drawn scale, for a reader (and the browser tests)
-        el.dataset.yMin = u.scales.y.min; el.dataset.yMax = u.scales.y.max;
-      }]},
-      series: [{}].concat(order.map(function (i) {
-        return {label: series.names[i], fill: COLORS[i % COLORS.length], stroke: COLORS[i % COLORS.length],
-                paths: uPlot.paths.bars({size: [0.6, 80]}), points: {show: false},
-                // Not hovering: the series' total over the chart, so the legend says something before a hover.
-                value: function (u, v, s, idx) { return "$" + (idx == null ? totals[i] : series.cost[i][idx]).toFixed(6); }};
-      }))
-    };
-    var chart = new uPlot(opts, [xs].concat(order.map(function (i) { return sums[i]; })), el);
-    el.dataset.series = JSON.stringify(series.names);
-    el.dataset.bars = xs.length;
-    charts.push(chart);
-  }
-
-  function cell(text) { var td = document.createElement("td"); td.textContent = text; return td; }
-
-  function fillRequests(details) {
-    var box = details.querySelector(".requests");
-    if (box.dataset.filled) return;
-    var rows = (D.requests.by_run || {})[details.dataset.run] || [];
-    var cols = D.requests.columns;
-    var table = document.createElement("table");
-    var head = document.createElement("tr");
-    ["started (UTC)", "purpose", "input", "output", "cache read", "cache write", "reasoning", "cost", "source",
-     "status", "first byte"].forEach(function (h) { var th = document.createElement("th"); th.textContent = h; head.appendChild(th); });
-    table.appendChild(head);
-    rows.forEach(function (values) {
-      var r = {}; cols.forEach(function (c, i) { r[c] = values[i]; });
-      var tr = document.createElement("tr");
-      tr.className = "request";
-      [new Date(r.started_at * 1000).toISOString().slice(0, 19).replace("T", " "), r.purpose || "main",
-       r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens, r.reasoning_tokens,
-       r.cost == null ? "unpriced" : "$" + r.cost.toFixed(6), r.cost_source + (r.usage_missing ? " (no usage)" : ""),
-       r.status_code, r.ttfb_s == null ? "—" : (r.ttfb_s * 1000).toFixed(0) + " ms"].forEach(function (v) { tr.appendChild(cell(String(v))); });
-      table.appendChild(tr);
-    });
-    if (!rows.length) { var tr = document.createElement("tr"); tr.appendChild(cell("not on this page's data")); table.appendChild(tr); }
-    box.textContent = "";
-    box.appendChild(table);
-    box.dataset.filled = "1";
-  }
-
-  function showPage(n) {
-    var rows = document.querySelectorAll("#runs tbody.run");
-    var pages = Math.max(1, Math.ceil(rows.length / D.page_size));
-    page = Math.max(0, Math.min(n, pages - 1));
-    rows.forEach(function (tr) { tr.classList.toggle("shown", Number(tr.dataset.page) === page); });
-    var label = document.getElementById("page");
-    if (label) label.textContent = "page " + (page + 1) + " of " + pages;
-  }
-
-  function wire() {
-    charts.forEach(function (c) { c.destroy(); });
-    charts = [];
-    stacked("chart-group", D.by_group);
-    stacked("chart-model", D.by_model);
-    document.querySelectorAll("#runs details").forEach(function (d) {
-      d.addEventListener("toggle", function () { if (d.open) fillRequests(d); });
-      if (d.open) fillRequests(d);
-    });
-    var prev = document.getElementById("prev"), next = document.getElementById("next");
-    if (prev) prev.onclick = function () { showPage(page - 1); };
-    if (next) next.onclick = function () { showPage(page + 1); };
-    showPage(page);
-    document.body.dataset.ready = String(Date.now());
-  }
-
-  function reload() {
-    var open = Array.prototype.map.call(document.querySelectorAll("#runs details[open]"), function (d) { return d.dataset.run; });
-    fetch(location.href, {credentials: "same-origin", cache: "no-store"}).then(function (response) {
-      if (!response.ok) throw new Error(response.status);
-      return response.text();
-    }).then(function (text) {
-      var doc = new DOMParser().parseFromString(text, "text/html");
-      document.getElementById("main").innerHTML = doc.getElementById("main").innerHTML;
-      D = JSON.parse(document.getElementById("data").textContent);
-      open.forEach(function (id) {
-        var d = document.querySelector('#runs details[data-run="' + CSS.escape(id) + '"]');
-        if (d) d.open = true;
-      });
-      wire();
-    }).catch(function () {}).then(function () { setTimeout(reload, D.refresh_s * 1000); });
-  }
-
-  wire();
-  if (D.live) setTimeout(reload, D.refresh_s * 1000);
-})();
-"""
+            f'{_asset("page.css")}</style><script>document.documentElement.className = "js";</script></head><body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
+            f"<script>{_asset('page.js')}</script></body></html>")
