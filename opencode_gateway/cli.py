@@ -289,7 +289,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from .accounting.report import render_table
+    from .accounting.report import render_table, utc_time
     from .opencode.sessions import kept_sessions, prune_sessions
 
     data_dir = _settings(args).data_dir
@@ -304,16 +304,12 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([kept.to_dict() for kept in sessions])
         return 0
-    rows = [[kept.session_id, _when(kept.started), _when(kept.last_used), kept.workdir or "-", kept.model or "-",
-             f"{kept.size_bytes / 1e6:.1f} MB"] for kept in sessions]
+    rows = [[kept.session_id, utc_time(kept.started, "-"), utc_time(kept.last_used, "-"), kept.workdir or "-",
+             kept.model or "-", f"{kept.size_bytes / 1e6:.1f} MB"] for kept in sessions]
     total = sum(kept.size_bytes for kept in sessions)
     rows.append([f"{len(sessions)} {verb}", "", "", "", "", f"{total / 1e6:.1f} MB"])
     sys.stdout.write(render_table(["session", "started", "last used", "workdir", "model", "size"], rows))
     return 0
-
-
-def _when(seconds: float | None) -> str:
-    return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(seconds))
 
 
 def _cmd_install_opencode(args: argparse.Namespace) -> int:

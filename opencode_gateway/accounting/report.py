@@ -21,7 +21,7 @@ from ..errors import SettingsError
 from .ledger import connect
 
 __all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "RunFacts", "build_report", "grouping",
-           "parse_time", "render_table", "report_from", "selection", "zone"]
+           "parse_time", "render_table", "report_from", "selection", "utc_time", "zone"]
 
 # When a request started; a run that made none, when it started (reports count every run).
 STARTED = "COALESCE(q.started_at, r.started_at)"
@@ -140,7 +140,7 @@ class Report:
 def _cells(group: Group, label: str, by_run: bool) -> list[str]:
     facts = group.run
     described = [] if not by_run else ["", "", "", "", ""] if facts is None else [
-        datetime.fromtimestamp(facts.started_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S"), facts.duration,
+        utc_time(facts.started_at), facts.duration,
         facts.model, group.status or "", ", ".join(f"{k}={v}" for k, v in facts.metadata.items())]
     return [label, *described, str(group.runs), str(group.requests), str(group.input_tokens), str(group.output_tokens),
             str(group.cache_read_tokens), str(group.cache_write_tokens), str(group.reasoning_tokens), f"{group.cost:.6f}",
@@ -162,12 +162,20 @@ def _group_dict(group: Group) -> dict[str, Any]:
     return data
 
 
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Aligned columns (the first to the left, the rest to the right), a rule above the last row."""
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total: bool = True) -> str:
+    """Aligned columns (the first to the left, the rest to the right), a rule above the last row
+    when it is a `total`."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in [header, *rows]]
-    return "\n".join([*lines[:-1], "-" * len(lines[0]), lines[-1]]) + "\n"
+    if total and rows:
+        lines.insert(-1, "-" * len(lines[0]))
+    return "\n".join(lines) + "\n"
+
+
+def utc_time(seconds: float | None, missing: str = "—") -> str:
+    """A Unix time as `2026-12-05 14:03:09` (UTC), as every table here writes it."""
+    return missing if seconds is None else datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def zone(name: str | None) -> tzinfo:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import html
 import json
-from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
+
+from ..accounting.report import utc_time
 
 __all__ = ["REFRESH_S", "render_page"]
 
@@ -39,12 +40,6 @@ def _e(value: Any) -> str:
 
 def _usd(value: float | None) -> str:
     return "unpriced" if value is None else f"${value:,.6f}"
-
-
-def _when(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _filter_line(data: dict[str, Any]) -> str:
@@ -123,7 +118,7 @@ def _runs(data: dict[str, Any]) -> str:
         cost = _usd(run["cost"]) + (f" + {run['unpriced_requests']} unpriced" if run["unpriced_requests"] else "")
         rows.append(
             f'<tbody class="run" data-page="{position // PAGE_SIZE}" data-run="{_e(run["run_id"])}"><tr>'
-            f'<td>{_e(_when(run["started_at"]))}</td><td>{_e(duration)}</td><td class="t">{_e(run["model"])}</td>'
+            f'<td>{_e(utc_time(run["started_at"]))}</td><td>{_e(duration)}</td><td class="t">{_e(run["model"])}</td>'
             f'<td class="t">{_e(metadata)}</td><td>{_e(run["stop_reason"])}</td><td>{run["requests"]:,}</td>'
             f'<td>{_e(cost)}</td>'
             f'</tr><tr class="detail"><td colspan="7"><details data-run="{_e(run["run_id"])}"><summary>its requests'
@@ -142,7 +137,7 @@ def _sessions(sessions: list[dict[str, Any]]) -> str:
     rows = "".join(
         f'<tr><td>{_e(s["session_id"] or "(none)")}</td><td>{_e(s["model"])}</td>'
         f'<td>{_e(", ".join(f"{k}={v}" for k, v in s["metadata"].items()))}</td><td>{s["requests"]:,}</td>'
-        f'<td>{_usd(s["cost"])}</td><td>{_e(_when(s.get("last_request_at")))}</td></tr>' for s in sessions)
+        f'<td>{_usd(s["cost"])}</td><td>{_e(utc_time(s.get("last_request_at")))}</td></tr>' for s in sessions)
     return ('<section><h2>Sessions of this server</h2><table id="sessions"><tr><th>OpenCode session</th><th>model'
             "</th><th>metadata</th><th>requests</th><th>cost so far</th><th>last request (UTC)</th></tr>"
             f"{rows or '<tr><td colspan=6>none yet</td></tr>'}</table></section>")
@@ -158,7 +153,7 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
                           "refresh_s": REFRESH_S}, separators=(",", ":")).replace("<", "\\u003c")  # inert in <script>
     main = (
         f'<header><h1>Spend</h1><p class="filter">{_e(_filter_line(data))}</p><p class="generated">'
-        f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}as of {_e(_when(data["generated_at"]))} UTC'
+        f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}as of {_e(utc_time(data["generated_at"]))} UTC'
         f'</p></header><section class="cards">{_totals(data["total"], data["usage_missing_requests"])}</section>'
         f'{_alerts(data["total"], data["usage_missing_requests"])}{"" if sessions is None else _sessions(sessions)}'
         f'<section><h2>Spend per {bucket}, by {_e(data["by"])}</h2><div class="chart" id="chart-group"></div>'

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from ..accounting.ledger import connect
-from ..accounting.report import parse_time
+from ..accounting.report import parse_time, render_table
 from ..errors import GatewayError, SettingsError
 from .protocol import gateway_base
 
@@ -134,10 +134,9 @@ def render(lines: Sequence[Line], fmt: str) -> str:
     def usd(value: float | None) -> str:
         return "-" if value is None else f"{value:.9f}"
 
-    rows = [["run", "request", "gateway_request", "ours_usd", "gateway_usd", "difference", "status"]]
-    rows += [[line.run_id, line.request_id or "-", line.gateway_request_id or "-", usd(line.ours), usd(line.theirs),
-              usd(line.difference), line.status] for line in lines]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    rows = [[line.run_id, line.request_id or "-", line.gateway_request_id or "-", usd(line.ours), usd(line.theirs),
+             usd(line.difference), line.status] for line in lines]
     bad = sum(line.status != "ok" for line in lines)
-    summary = f"{len(lines)} request(s), {bad} not matching within {TOLERANCE_USD:g} USD"
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows) + f"\n{summary}\n"
+    table = render_table(["run", "request", "gateway_request", "ours_usd", "gateway_usd", "difference", "status"], rows,
+                         total=False)
+    return table + f"{len(lines)} request(s), {bad} not matching within {TOLERANCE_USD:g} USD\n"
