@@ -101,7 +101,8 @@ def load_tasks(path: Path) -> tuple[Task, ...]:
             raise SettingsError(f"{where}: task id {task.id} is used twice")
         tasks[task.id] = task
     if not tasks:
-        raise SettingsError(f"{path} holds no tasks: one JSON object a line, e.g. {{\"id\": \"t1\", \"prompt\": \"...\"}}")
+        raise SettingsError(f"{path} holds no tasks: one JSON object a line, e.g. "
+                            '{"id": "t1", "prompt": "..."}')
     return tuple(tasks.values())
 
 

@@ -465,7 +465,8 @@ def _route_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--model", help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
+    parser.add_argument("-m", "--model",
+                        help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
     parser.add_argument("--small-model", metavar="MODEL", help="model of OpenCode's background calls (titles, "
                         "summaries), e.g. a cheap group (default: -m)")
     parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
@@ -596,7 +597,8 @@ def _sessions_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the ledger, "
+    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the "
+                                 "ledger, "
                                  "and with -m litellm_proxy/<group> the gateway, the key and the group")
     doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
     doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")

@@ -11,8 +11,8 @@ the status line from its own thread, so the clock moves while nothing else does.
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Protocol, TextIO
 
 from rich.console import Console, Group, RenderableType

@@ -72,7 +72,8 @@ class RunOptions(TypedDict, total=False):
 
 
 PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
-TASK_OPTIONS = ("model", "small_model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent", "instructions",
+TASK_OPTIONS = ("model", "small_model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent",
+                "instructions",
                 "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens", "max_turns")
 
 

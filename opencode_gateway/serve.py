@@ -26,11 +26,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .accounting.run import RunAccount, Totals
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
-from .accounting.records import Purpose
-from .accounting.records import RequestRecord
+from .accounting.records import Purpose, RequestRecord
+from .accounting.run import RunAccount, Totals
+from .credentials import token_digest
+from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
 from .endpoint.app import (
     BadRequest,
     Endpoint,
@@ -39,11 +40,9 @@ from .endpoint.app import (
     create_app,
     error_response,
 )
-from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream, upstream_for
-from .credentials import token_digest
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
 from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of

@@ -330,7 +330,8 @@ def _check_mcp(name: str, server: Any) -> None:
     found = os.access(program, os.X_OK) if os.sep in program else shutil.which(program) is not None
     if not found:
         raise SettingsError(f"{where}: its command {program!r} is not found or not executable: install it or fix "
-                            "the path (under --sandbox bwrap a program in the real HOME also needs --sandbox-allow-read)")
+                            "the path (under --sandbox bwrap a program in the real HOME also needs "
+                            "--sandbox-allow-read)")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -459,7 +460,8 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
             value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
         if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
-            values["secret_files"] = (*values.get("secret_files", ()), Path(beside(file, [value[len(FILE_PREFIX):]])[0]))
+            key_file = Path(beside(file, [value[len(FILE_PREFIX):]])[0])
+            values["secret_files"] = (*values.get("secret_files", ()), key_file)
             value = _key_from_file(file, value[len(FILE_PREFIX):])
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:

@@ -22,7 +22,8 @@ from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / ".demo"  # the demo's own data dir and ledger, never the user's
 PACE = 0.05  # seconds between the stand-in's chunks: a model's pace, so the live view has something to show
-PROGRAM = 'for n in range(1, 16):\n    print("FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else n)\n'
+PROGRAM = ('for n in range(1, 16):\n'
+           '    print("FizzBuzz" if n % 15 == 0 else "Fizz" if n % 3 == 0 else "Buzz" if n % 5 == 0 else n)\n')
 
 
 def last_tool_output(body: dict[str, Any]) -> str:
@@ -59,7 +60,8 @@ def main() -> int:
     print(f"[demo] stand-in model (scripted, not an LLM) at {model.url}", file=sys.stderr)
     print("[demo] in a terminal, the run shows its text, tool calls, requests and cost as it goes (-q: quiet)",
           file=sys.stderr)
-    print(f"[demo] OpenCode works in {workdir}" + ("" if args.workdir else " (removed at the end; --workdir DIR keeps it)"), file=sys.stderr)
+    kept = "" if args.workdir else " (removed at the end; --workdir DIR keeps it)"
+    print(f"[demo] OpenCode works in {workdir}{kept}", file=sys.stderr)
     command = [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", model.url,
                "--api-key", "sk-demo-not-a-real-key", "--workdir", str(workdir), "--permissions", "full",
                "--metadata", "ticket=DEMO-1",

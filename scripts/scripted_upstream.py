@@ -56,7 +56,8 @@ def usage(
     return body
 
 
-def anthropic_usage(input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0) -> dict[str, Any]:
+def anthropic_usage(input_tokens: int, output_tokens: int, *, cache_read: int = 0,
+                    cache_write: int = 0) -> dict[str, Any]:
     """An Anthropic Messages usage object (input_tokens excludes cache reads and writes)."""
     return {"input_tokens": input_tokens, "output_tokens": output_tokens,
             "cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}

@@ -105,7 +105,7 @@ def test_no_delta_of_a_request_comes_before_the_tool_events_it_follows(
     done = events[-1]
     assert isinstance(done, Done) and done.result.text == "charlie", done.result
     by_text = {}
-    for (finished, results), delta in zip(_step_of_each_delta(events), [e for e in events if isinstance(e, TextDelta)]):
+    for (finished, results), delta in zip(_step_of_each_delta(events), [e for e in events if isinstance(e, TextDelta)], strict=False):
         by_text.setdefault(delta.text, (finished, results))
     # Request k+1 carries step k's tool result: its text streams only after that result and the
     # end of step k were delivered.

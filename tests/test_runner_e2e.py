@@ -26,8 +26,8 @@ from opencode_gateway.errors import (
     TurnLimitReached,
     UpstreamError,
 )
-from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
+from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from opencode_gateway.settings import Settings
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..errors import SettingsError
 from .ledger import connect
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "RunFacts", "build_report", "grouping",
-           "parse_time", "render_table", "report_from", "selection", "utc_time", "zone"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Group", "Grouping", "Report", "RunFacts",
+           "build_report", "grouping", "parse_time", "render_table", "report_from", "selection", "utc_time", "zone"]
 
 # When a request started; a run that made none, when it started (reports count every run).
 STARTED = "COALESCE(q.started_at, r.started_at)"
@@ -143,7 +143,8 @@ def _cells(group: Group, label: str, by_run: bool) -> list[str]:
         utc_time(facts.started_at), facts.duration,
         facts.model, group.status or "", ", ".join(f"{k}={v}" for k, v in facts.metadata.items())]
     return [label, *described, str(group.runs), str(group.requests), str(group.input_tokens), str(group.output_tokens),
-            str(group.cache_read_tokens), str(group.cache_write_tokens), str(group.reasoning_tokens), f"{group.cost:.6f}",
+            str(group.cache_read_tokens), str(group.cache_write_tokens), str(group.reasoning_tokens),
+            f"{group.cost:.6f}",
             str(group.unpriced_requests), f"{group.cached_share:.1%}",
             "unknown" if group.cache_saved is None else f"{group.cache_saved:.6f}"]
 
@@ -166,7 +167,7 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total:
     """Aligned columns (the first to the left, the rest to the right), a rule above the last row
     when it is a `total`."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in [header, *rows]]
     if total and rows:
         lines.insert(-1, "-" * len(lines[0]))
@@ -175,13 +176,13 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total:
 
 def utc_time(seconds: float | None, missing: str = "—") -> str:
     """A Unix time as `2026-12-05 14:03:09` (UTC), as every table here writes it."""
-    return missing if seconds is None else datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return missing if seconds is None else datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def zone(name: str | None) -> tzinfo:
     """`--tz`: an IANA zone (Europe/Berlin), a UTC offset (+02:00, -0530) or UTC (None)."""
     if not name or name.upper() == "UTC":
-        return timezone.utc
+        return UTC
     offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
     if offset:
         minutes = int(offset.group(2)) * 60 + int(offset.group(3))
@@ -197,7 +198,7 @@ _RELATIVE = re.compile(r"(\d+)([hdw])")
 _UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = timezone.utc, now: float | None = None) -> float:
+def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = UTC, now: float | None = None) -> float:
     """Unix seconds of a date (YYYY-MM-DD, in `tz`), an ISO 8601 time, `today`, `yesterday`, or a
     time ago (`24h`, `7d`, `2w`). A date (and today, yesterday) given `end_of_day` is its end."""
     now = time.time() if now is None else now
@@ -254,7 +255,7 @@ def grouping(by: str, offset_s: float = 0.0) -> Grouping:
 
 
 def selection(since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (),
-              tz: tzinfo = timezone.utc) -> tuple[str, list[Any]]:
+              tz: tzinfo = UTC) -> tuple[str, list[Any]]:
     """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
     filters: list[Any] = []
@@ -295,7 +296,7 @@ _RUN_FACTS = (", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.starte
 
 
 def report_from(connection: Any, *, by: str, since: str | None, until: str | None,
-                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = timezone.utc) -> Report:
+                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = UTC) -> Report:
     """build_report, on a connection open to the ledger."""
     offset = datetime.now(tz).utcoffset() or timedelta()  # the zone's offset now (a day's groups follow it)
     group = grouping(by, offset.total_seconds())

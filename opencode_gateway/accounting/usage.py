@@ -223,4 +223,5 @@ class StreamUsageReader:
             for call in delta.get("tool_calls") or ():
                 function = call.get("function") if isinstance(call, Mapping) else None
                 if isinstance(function, Mapping):
-                    self._text.extend(v for v in (function.get("name"), function.get("arguments")) if isinstance(v, str))
+                    pieces = (function.get("name"), function.get("arguments"))
+                    self._text.extend(v for v in pieces if isinstance(v, str))

@@ -71,7 +71,8 @@ _BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%d
 
 
 def _bucket(connection: Any, where_sql: str, filters: list[Any]) -> str:
-    days = connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    query = f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}"
+    days = connection.execute(query, filters).fetchone()[0]
     return "hour" if days <= 1 else "day"
 
 
@@ -125,7 +126,8 @@ def _runs(connection: Any, where_sql: str, filters: list[Any], offset: int, limi
             for row in page]
     requests: dict[str, list[list[Any]]] = {row[0]: [] for row in rows}
     if rows:
-        wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "), "q.run_id IN (SELECT value FROM json_each(?))"]))
+        wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "),
+                                            "q.run_id IN (SELECT value FROM json_each(?))"]))
         for row in connection.execute(
                 f"SELECT q.run_id, {', '.join('q.' + c for c in REQUEST_COLUMNS)} FROM {SOURCE} WHERE {wanted} "
                 "ORDER BY q.started_at", [*filters, json.dumps(list(requests))]):

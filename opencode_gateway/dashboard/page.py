@@ -102,7 +102,8 @@ def _groups(data: dict[str, Any]) -> str:
         rows.append(f'<tr data-group="{_e(name)}"><td>{_e(name)}</td><td>{group["runs"]:,}</td>'
                     f'<td>{group["requests"]:,}</td>' + "".join(f"<td>{group[key]:,}</td>" for key, _ in _TOKENS)
                     + f'<td>{group["cached_share"]:.1%}</td><td>{"unknown" if saved is None else _usd(saved)}</td>'
-                    f'<td data-cost="{group["cost"]!r}">{_usd(group["cost"])}</td><td>{group["unpriced_requests"]:,}</td></tr>')
+                    f'<td data-cost="{group["cost"]!r}">{_usd(group["cost"])}</td>'
+                    f'<td>{group["unpriced_requests"]:,}</td></tr>')
     return f'<table id="groups">{head}{"".join(rows)}</table>'
 
 
@@ -111,7 +112,7 @@ def _runs(data: dict[str, Any]) -> str:
     columns = runs["columns"]
     rows = []
     for position, values in enumerate(runs["rows"]):
-        run = dict(zip(columns, values))
+        run = dict(zip(columns, values, strict=True))
         ended = run["ended_at"]
         duration = "running" if ended is None else f"{ended - run['started_at']:.1f} s"
         metadata = ", ".join(f"{key}={value}" for key, value in run["metadata"].items())
@@ -125,8 +126,10 @@ def _runs(data: dict[str, Any]) -> str:
             '</summary><div class="requests"><noscript>A run\'s requests are shown with JavaScript on (or: report '
             "--by run).</noscript></div></details></td></tr></tbody>")
     pages = max(1, -(-len(runs["rows"]) // PAGE_SIZE))
-    shown = "" if len(runs["rows"]) >= runs["count"] else f" (the latest {len(runs['rows']):,} here: report --by run lists all)"
-    return (f'<p class="pager"><span id="runs-count" data-count="{runs["count"]}">{runs["count"]:,} runs{_e(shown)}</span> '
+    shown = ("" if len(runs["rows"]) >= runs["count"]
+             else f" (the latest {len(runs['rows']):,} here: report --by run lists all)")
+    return (f'<p class="pager"><span id="runs-count" data-count="{runs["count"]}">{runs["count"]:,} '
+            f'runs{_e(shown)}</span> '
             f'<button id="prev" type="button">previous</button> <span id="page">page 1 of {pages}</span> '
             f'<button id="next" type="button">next</button></p><table id="runs"><thead><tr><th>started (UTC)</th>'
             "<th>duration</th><th>model</th><th>metadata</th><th>stop reason</th><th>requests</th><th>cost</th></tr>"
@@ -148,12 +151,14 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     REFRESH_S seconds); None for a static file."""
     live = sessions is not None
     bucket = data["bucket"]  # day, or hour when every request shown is of one day
-    payload = json.dumps({"days": data["days"], "bucket": bucket, "by_group": data["by_group"], "by_model": data["by_model"],
+    payload = json.dumps({"days": data["days"], "bucket": bucket, "by_group": data["by_group"],
+                          "by_model": data["by_model"],
                           "requests": data["requests"], "page_size": PAGE_SIZE, "live": live,
                           "refresh_s": REFRESH_S}, separators=(",", ":")).replace("<", "\\u003c")  # inert in <script>
     main = (
         f'<header><h1>Spend</h1><p class="filter">{_e(_filter_line(data))}</p><p class="generated">'
-        f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}as of {_e(utc_time(data["generated_at"]))} UTC'
+        f'{"live, reloaded every " + str(REFRESH_S) + " s · " if live else ""}'
+        f'as of {_e(utc_time(data["generated_at"]))} UTC'
         f'</p></header><section class="cards">{_totals(data["total"], data["usage_missing_requests"])}</section>'
         f'{_alerts(data["total"], data["usage_missing_requests"])}{"" if sessions is None else _sessions(sessions)}'
         f'<section><h2>Spend per {bucket}, by {_e(data["by"])}</h2><div class="chart" id="chart-group"></div>'
@@ -166,5 +171,6 @@ def render_page(data: dict[str, Any], *, sessions: list[dict[str, Any]] | None =
     )
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>opencode-gateway spend</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_vendor("uPlot.min.css")}'
-            f'{_asset("page.css")}</style><script>document.documentElement.className = "js";</script></head><body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
+            f'{_asset("page.css")}</style><script>document.documentElement.className = "js";</script></head>'
+            f'<body><main id="main">{main}</main><script>{_vendor("uPlot.iife.min.js")}</script>'
             f"<script>{_asset('page.js')}</script></body></html>")

@@ -29,9 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..accounting.run import RunAccount
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import Purpose, RequestRecord
+from ..accounting.run import RunAccount
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
@@ -205,7 +205,8 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         return endpoint.authorized(request.headers)
 
     def unauthorized() -> Response:
-        return error_response("missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error")
+        return error_response("missing or wrong bearer token for this opencode-gateway endpoint", 401,
+                              "authentication_error")
 
     async def models(request: Request) -> Response:
         if not authorized(request):
@@ -305,7 +306,7 @@ class _Call:
             try:
                 reply = await asyncio.wait_for(self.target.upstream.send(self.body, headers, self.target.tagging),
                                                endpoint.first_byte_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
                 reply = UpstreamReply.error(message, 504)
                 break

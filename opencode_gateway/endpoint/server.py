@@ -17,7 +17,6 @@ import logging
 import socket
 from pathlib import Path
 from types import TracebackType
-
 from typing import Any
 
 from ..errors import SettingsError

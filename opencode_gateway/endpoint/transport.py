@@ -10,7 +10,6 @@ keeps httpx's requests, responses, timeouts and errors (and respx's mocks in the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,7 +34,7 @@ class _Body(httpx.AsyncByteStream):
         try:
             async for data in self._response.content.iter_any():
                 yield data
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise httpx.ReadTimeout("no data within the read timeout", request=self._request) from None
         except aiohttp.ClientError as exc:
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=self._request) from exc
@@ -76,7 +75,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                                                    allow_redirects=False)
         except aiohttp.ConnectionTimeoutError:
             raise httpx.ConnectTimeout("no connection within the connect timeout", request=request) from None
-        except asyncio.TimeoutError:  # aiohttp's read timeout is one too
+        except TimeoutError:  # aiohttp's read timeout is one too
             raise httpx.ReadTimeout("no answer within the read timeout", request=request) from None
         except aiohttp.ClientConnectorError as exc:
             raise httpx.ConnectError(str(exc), request=request) from exc

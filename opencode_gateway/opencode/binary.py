@@ -39,7 +39,8 @@ def pinned_binary(data_dir: Path) -> Path:
 
 
 def _cache_file() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opencode-gateway" / "opencode-versions.json"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "opencode-gateway" / "opencode-versions.json"
 
 
 def opencode_version(binary: str) -> str:

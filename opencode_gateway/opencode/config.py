@@ -189,7 +189,8 @@ def build_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
                 "options": {"baseURL": base_url, "apiKey": api_key_ref},
-                "models": {name: {"name": name, **known.get(name, {})} for name in dict.fromkeys((model, small_model or model))},
+                "models": {name: {"name": name, **known.get(name, {})}
+                           for name in dict.fromkeys((model, small_model or model))},
             }
         },
         "enabled_providers": [PROVIDER_ID],
@@ -260,7 +261,8 @@ def seed_config_dir(config_home: Path) -> None:
     dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
     lock = {
         "name": "opencode", "lockfileVersion": 3, "requires": True,
-        "packages": {"": {"dependencies": dependency}, "node_modules/@opencode-ai/plugin": {"version": OPENCODE_VERSION}},
+        "packages": {"": {"dependencies": dependency},
+                     "node_modules/@opencode-ai/plugin": {"version": OPENCODE_VERSION}},
     }
     (opencode_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
     (opencode_dir / "package-lock.json").write_text(json.dumps(lock))

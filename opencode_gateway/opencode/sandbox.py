@@ -15,8 +15,8 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import stat
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass

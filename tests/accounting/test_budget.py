@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -40,16 +40,16 @@ def test_a_limit_in_the_settings_is_a_finite_number_above_0(value: object) -> No
 
 
 def test_a_period_starts_at_midnight_utc_on_monday_or_on_the_first() -> None:
-    thursday_noon = datetime(2026, 12, 3, 12, 30, tzinfo=timezone.utc).timestamp()
+    thursday_noon = datetime(2026, 12, 3, 12, 30, tzinfo=UTC).timestamp()
     starts = {per: PeriodBudget("ticket", per, Budget(max_cost=1)).start(thursday_noon) for per in PERIODS}
-    assert starts == {"day": datetime(2026, 12, 3, tzinfo=timezone.utc).timestamp(),
-                      "week": datetime(2026, 11, 30, tzinfo=timezone.utc).timestamp(),
-                      "month": datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()}
+    assert starts == {"day": datetime(2026, 12, 3, tzinfo=UTC).timestamp(),
+                      "week": datetime(2026, 11, 30, tzinfo=UTC).timestamp(),
+                      "month": datetime(2026, 12, 1, tzinfo=UTC).timestamp()}
 
 
 def test_a_period_budget_refuses_naming_the_period_the_value_and_the_total_so_far() -> None:
     period = PeriodBudget.from_setting("ticket", {"per": "day", "max_cost": 5})
-    since = datetime(2026, 12, 3, tzinfo=timezone.utc).timestamp()
+    since = datetime(2026, 12, 3, tzinfo=UTC).timestamp()
     assert period.refusal("ENG-412", Spent(3, 900, 4.99), since) is None
     refusal = period.refusal("ENG-412", Spent(4, 1200, 5.12), since)
     assert refusal is not None and refusal.limit == "max_cost"

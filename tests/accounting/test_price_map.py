@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opencode_gateway import _litellm
-from opencode_gateway.accounting.price_map import PROVIDERS, entry_cost, map_price, price_map, _plain
+from opencode_gateway.accounting.price_map import PROVIDERS, _plain, entry_cost, map_price, price_map
 from opencode_gateway.accounting.usage import Usage
 
 litellm = _litellm.load()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,7 +18,7 @@ STREAM = sse(chunk("Hel"), chunk("lo"), {"id": "c", "model": "gpt-4o-mini", "cho
 def read(data: bytes, cuts: list[int]) -> StreamUsageReader:
     reader = StreamUsageReader()
     edges = [0, *sorted(set(cuts)), len(data)]
-    for start, end in zip(edges, edges[1:]):
+    for start, end in itertools.pairwise(edges):
         reader.feed(data[start:end])
     reader.close()
     return reader
@@ -95,7 +97,7 @@ def test_text_and_reasoning_pieces_are_passed_on_in_order_whatever_the_split(cut
     pieces: list[tuple[str, str]] = []
     reader = StreamUsageReader(on_text=lambda kind, piece: pieces.append((kind, piece)))
     edges = [0, *sorted({min(c, len(data)) for c in cuts}), len(data)]
-    for start, end in zip(edges, edges[1:]):
+    for start, end in itertools.pairwise(edges):
         reader.feed(data[start:end])
     reader.close()
     assert pieces == [("reasoning", "Hmm. "), ("text", "Hel"), ("text", "lo")]

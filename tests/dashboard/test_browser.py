@@ -219,6 +219,6 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     headings = page.locator("h2").all_inner_texts()
     assert "Spend per hour, by model" in headings and "Top tickets by cost" in headings
     values = dict(zip(legend(page, "chart-model"),
-                      page.locator("#chart-model .u-legend .u-series .u-value").all_inner_texts()[1:]))
+                      page.locator("#chart-model .u-legend .u-series .u-value").all_inner_texts()[1:], strict=True))
     assert values == {"openai/gpt-4.1": "$0.840000", "openai/gpt-4o-mini": "$0.160000"}  # before any hover
     page.screenshot(path=str(artifacts / "dashboard-first-day.png"))

@@ -10,8 +10,8 @@ import pytest
 from opencode_gateway.errors import ConfigConflict, SettingsError
 from opencode_gateway.opencode.config import (
     build_config,
-    check_agent,
     build_env,
+    check_agent,
     permission_rules,
     seed_config_dir,
 )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from opencode_gateway.opencode.sessions import kept_sessions, prune_sessions, session_directory
 
-
 # The columns of OpenCode 1.18's `session` table that are read (it has more).
 SCHEMA = "CREATE TABLE session (id TEXT, directory TEXT, time_created INTEGER, time_updated INTEGER, model TEXT)"
 

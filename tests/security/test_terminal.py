@@ -56,9 +56,9 @@ process.on("exit", inject);  // and when OpenCode has given the terminal back to
 class Terminal:
     """A tmux session of its own (its own server socket) running bash, as a user's terminal."""
 
-    def __init__(self, name: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, environ: dict[str, str]) -> None:
         self.socket = name
-        self.env = env
+        self.env = environ
         self.tmux("new-session", "-d", "-s", "main", "-x", "200", "-y", "50", "bash --norc --noprofile")
 
     def tmux(self, *args: str) -> str:
