@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .accounting.budget import Refusal
-from .accounting.records import RequestRecord, StopReason, totals
+from .accounting.records import RequestRecord, StopReason
+from .accounting.run import totals
 from .errors import (
     BudgetExceeded,
     GatewayError,

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from .pricing import Cost
 from .usage import Usage
 
-__all__ = ["Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved", "totals"]
+__all__ = ["Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved"]
 
 # How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
 StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
@@ -80,40 +80,6 @@ class RunUsage(Usage):
 
     def to_dict(self) -> dict[str, int]:
         return {**super().to_dict(), "requests": self.requests, "usage_missing_requests": self.usage_missing_requests}
-
-
-def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tuple[str, ...]]:
-    """Usage, cost and warnings of a run. The cost is None when any request could not be priced:
-    a partial sum would read as the whole cost."""
-    records = tuple(records)
-    usage = sum((r.usage for r in records if r.usage), Usage())
-    missing = [r for r in records if r.usage_missing]
-    unpriced = [r for r in records if r.cost.usd is None]
-    warnings = []
-    if missing:
-        estimated = sum(r.estimated for r in missing)
-        if estimated:
-            warnings.append(f"{len(missing)} request(s) reported no usage; {estimated} of them estimated "
-                            "with litellm's token counter (flagged `estimated`)")
-        else:
-            warnings.append(f"{len(missing)} request(s) reported no usage: their tokens are not counted "
-                            "(set estimate_usage: true to estimate them)")
-    for model in dict.fromkeys(r.model for r in unpriced if r.usage):
-        warnings.append(
-            f"no price is known for model {model}: its cost is null. Set one under `pricing:` in the "
-            f"settings (e.g. {model.split('/')[-1]}: {{input_cost_per_million: 0.5, output_cost_per_million: 1.5}})"
-        )
-    cost = None if unpriced else sum(r.cost.usd or 0.0 for r in records)
-    run_usage = RunUsage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        reasoning_tokens=usage.reasoning_tokens,
-        requests=len(records),
-        usage_missing_requests=len(missing),
-    )
-    return run_usage, cost, tuple(warnings)
 
 
 def cache_saved(records: Iterable[RequestRecord]) -> float | None:

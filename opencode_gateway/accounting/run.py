@@ -24,7 +24,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from .pricing import Pricer
 from .records import Purpose, RequestRecord, RunOutcome, RunUsage
 from .usage import Usage
 
-__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage"]
+__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage", "totals"]
 
 # The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -102,6 +102,31 @@ class Totals:
     def summary(self) -> dict[str, Any]:
         return {**self.usage.to_dict(), "cost": self.cost, "cached_share": round(self.usage.cached_share, 6),
                 "cache_saved": self.cache_saved}
+
+
+def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tuple[str, ...]]:
+    """Usage, cost and warnings of a finished run's records (summed as its account summed them).
+    The cost is None when any request could not be priced: a partial sum would read as the whole."""
+    records = tuple(records)
+    sums = Totals()
+    for record in records:
+        sums.add(record)
+    warnings = []
+    missing = [r for r in records if r.usage_missing]
+    if missing:
+        estimated = sum(r.estimated for r in missing)
+        if estimated:
+            warnings.append(f"{len(missing)} request(s) reported no usage; {estimated} of them estimated "
+                            "with litellm's token counter (flagged `estimated`)")
+        else:
+            warnings.append(f"{len(missing)} request(s) reported no usage: their tokens are not counted "
+                            "(set estimate_usage: true to estimate them)")
+    for model in dict.fromkeys(r.model for r in records if r.cost.usd is None and r.usage):
+        warnings.append(
+            f"no price is known for model {model}: its cost is null. Set one under `pricing:` in the "
+            f"settings (e.g. {model.split('/')[-1]}: {{input_cost_per_million: 0.5, output_cost_per_million: 1.5}})"
+        )
+    return sums.usage, sums.cost, tuple(warnings)
 
 
 class RunAccount:

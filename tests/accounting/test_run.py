@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from opencode_gateway.accounting.budget import Budget, Spent
 from opencode_gateway.accounting.pricing import Price, Pricer
-from opencode_gateway.accounting.records import RequestRecord, totals
+from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import (
     DEFAULT_OUTPUT_RESERVE,
     RunAccount,
@@ -38,11 +38,14 @@ def test_incremental_totals_equal_the_totals_of_the_list(made: list[RequestRecor
     account = RunAccount(keep_records=False)
     for each in made:
         account.add(each)
-    usage, cost, _ = totals(made)
-    assert account.usage == usage and account.records is None
-    assert (account.cost is None) == (cost is None)
-    if cost is not None:
-        assert abs((account.cost or 0.0) - cost) < 1e-9
+    assert account.records is None
+    usage = account.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.requests) == (
+        sum(r.usage.input_tokens for r in made if r.usage), sum(r.usage.output_tokens for r in made if r.usage), len(made))
+    unpriced = any(r.cost.usd is None for r in made)
+    assert (account.cost is None) == unpriced
+    if not unpriced:
+        assert abs((account.cost or 0.0) - sum(r.cost.usd or 0.0 for r in made)) < 1e-9
 
 
 def test_a_reservation_is_the_prompt_at_4_characters_a_token_and_the_output_cap() -> None:
