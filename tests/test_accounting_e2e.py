@@ -71,7 +71,7 @@ def test_a_cost_the_gateway_reports_in_the_stream_wins(upstream: ScriptedUpstrea
 def test_a_stream_without_usage_is_flagged_never_zero(upstream: ScriptedUpstream, workdir: Path,
                                                       settings: Settings) -> None:
     # Gateway mode: the stream arrives as the server sent it. (In SDK mode litellm fills in its own
-    # token-counter estimate, unmarked; README "Costs".)
+    # token-counter estimate, unmarked; docs/costs.md.)
     upstream.script(Reply(text="no usage from me", omit_usage=True))
     result = run("Hi", model="litellm_proxy/gpt-4o-mini", api_base=upstream.url, api_key="sk-v", workdir=workdir,
                  settings=settings)

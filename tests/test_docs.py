@@ -1,4 +1,5 @@
-"""The README's command synopses name every flag `--help` lists, so the two cannot drift apart."""
+"""The docs' command synopses (docs/cli.md, docs/costs.md) name every flag `--help` lists, so the two cannot drift
+apart; the README stays a page people read, and links only to what exists."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from opencode_gateway.cli import build_parser
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+DOCS = "\n".join(page.read_text() for page in sorted((ROOT / "docs").glob("*.md")))
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -20,10 +23,10 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 
 def _synopsis(command: str) -> str:
-    """Every line of the README's code blocks that starts `opencode-gateway <command> `, with the
+    """Every line of the docs' code blocks that starts `opencode-gateway <command> `, with the
     lines that continue it (indented)."""
     text, blocks, block, inside = [], [], [], False
-    for line in README.splitlines():
+    for line in DOCS.splitlines():
         if line.startswith("```"):
             if inside:
                 blocks.append(block)
@@ -41,11 +44,30 @@ def _synopsis(command: str) -> str:
 @pytest.mark.parametrize("command", sorted(_commands()))
 def test_every_flag_of_a_command_is_in_its_synopsis(command: str) -> None:
     synopsis = _synopsis(command)
-    assert synopsis, f"the README has no synopsis of `opencode-gateway {command}`"
+    assert synopsis, f"docs/ has no synopsis of `opencode-gateway {command}`"
     def named(flag: str) -> bool:
         return re.search(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])", synopsis) is not None
 
     actions = [action for action in _commands()[command]._actions if action.option_strings
                and "--help" not in action.option_strings]
     missing = sorted(action.option_strings[-1] for action in actions if not any(map(named, action.option_strings)))
-    assert missing == [], f"`opencode-gateway {command}` in the README lacks {missing}"
+    assert missing == [], f"`opencode-gateway {command}` in docs/ lacks {missing}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_is_short_and_every_link_it_and_the_docs_hold_leads_somewhere() -> None:
+    assert len(README.splitlines()) <= 250
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith("http"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.name} links to {target}, which does not exist"
+            if anchor and linked.suffix == ".md":
+                headings = [_slug(h) for h in re.findall(r"^#+ (.*)$", linked.read_text(), re.M)]
+                assert anchor in headings, f"{page.name} links to {target}: no such heading in {linked.name}"

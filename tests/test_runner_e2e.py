@@ -128,7 +128,7 @@ def test_a_hostile_project_config_changes_nothing(
     assert hostile_upstream.requests == []
     assert len(upstream.requests) == 2 and result.usage.requests == 2
     assert not (workdir / "hello.py").exists()  # the project's permission override did not apply
-    # OpenCode 1.18 still imports the file (its top-level code runs; README "Known limits"), but
+    # OpenCode 1.18 still imports the file (its top-level code runs; docs/isolation.md "Known limits"), but
     # never initialises it, so none of its hooks apply.
     assert not marker.exists()
     assert "HOSTILE-INSTRUCTIONS" not in json.dumps(upstream.requests[0]["body"]["messages"])
