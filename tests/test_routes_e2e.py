@@ -4,6 +4,7 @@ a `routes:` setting sends that compaction (or a title, or a summary) to the mode
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -22,28 +23,36 @@ def _compacting(body: dict[str, Any]) -> bool:
     return "You are a context summarization agent" in json.dumps(system)
 
 
+class Session:
+    """The scripted model of a session that OpenCode compacts: the agent's turns in order (`turns`,
+    the last repeated), a summary for each compaction; `seen` is what came, in order."""
+
+    def __init__(self, *turns: Reply) -> None:
+        self.turns, self.seen = turns, []
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        if _compacting(body):
+            self.seen.append("compaction")
+            return Reply(text="We listed the files; next: answer.", usage=usage(2000, 30))
+        self.seen.append("turn")
+        return self.turns[min(self.seen.count("turn"), len(self.turns)) - 1]
+
+
+LIST = Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list"})], usage=usage(1000, 20))
+DONE = Reply(text="Done.", usage=usage(3000, 5))
+
+
 def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """gpt-4o-mini takes 128,000 input tokens: a turn that used 120,000 makes OpenCode compact
     before its next turn, and the compaction goes to gpt-4.1 (1M tokens), not to the run's model."""
-    turns: list[str] = []
-
-    def answer(body: dict[str, Any]) -> Reply:
-        if _compacting(body):
-            turns.append("compaction")
-            return Reply(text="We listed the files; next: answer.", usage=usage(2000, 30))
-        turns.append("turn")
-        if len(turns) == 1:
-            return Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list"})],
-                         usage=usage(120_000, 20))
-        return Reply(text="Done.", usage=usage(3000, 5))
-
+    answer = Session(dataclasses.replace(LIST, usage=usage(120_000, 20)), DONE)
     monkeypatch.setattr(upstream, "fallback", answer)
     result = run("List the files, then say done", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x",
                  workdir=workdir, settings=settings.replace(routes={"compaction": "openai/gpt-4.1"}))
     assert result.stop_reason == "done", result.error
-    assert "compaction" in turns, turns
+    assert "compaction" in answer.seen, answer.seen
     by_purpose = {r.purpose: r for r in result.requests}
     assert by_purpose["compaction"].model == "openai/gpt-4.1"
     assert by_purpose["main"].model == "openai/gpt-4o-mini"
@@ -56,24 +65,14 @@ def test_a_provider_that_refuses_an_overflowing_prompt_is_compacted_after_and_th
 ) -> None:
     """A model whose window nobody told OpenCode: the provider's 400 context_length_exceeded makes
     OpenCode compact and go on (it exits 1 all the same; the run ended as an error before)."""
-    turns: list[str] = []
-
-    def answer(body: dict[str, Any]) -> Reply:
-        if _compacting(body):
-            turns.append("compaction")
-            return Reply(text="Summary.", usage=usage(2000, 30))
-        turns.append("turn")
-        if len(turns) == 1:
-            return Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list"})], usage=usage(1000, 20))
-        if len(turns) == 2:
-            return Reply(status=400, error="This model's maximum context length is 1000 tokens. However, your "
-                                           "messages resulted in 5000 tokens. context_length_exceeded")
-        return Reply(text="Done.", usage=usage(3000, 5))
+    answer = Session(LIST, Reply(status=400, error="This model's maximum context length is 1000 tokens. However, "
+                                                   "your messages resulted in 5000 tokens. context_length_exceeded"),
+                     DONE)
 
     monkeypatch.setattr(upstream, "fallback", answer)
     prices = {"openai/in-house-model": {"input_cost_per_million": 1.0, "output_cost_per_million": 2.0}}
     result = run("List the files, then say done", model="openai/in-house-model", api_base=upstream.url,
                  api_key="sk-x", workdir=workdir, settings=settings.replace(pricing=prices))
-    assert turns == ["turn", "turn", "compaction", "turn"]
+    assert answer.seen == ["turn", "turn", "compaction", "turn"]
     assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
     assert any("OpenCode compacted it" in warning for warning in result.warnings)

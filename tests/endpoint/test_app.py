@@ -247,16 +247,22 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
     assert [call for call in gateway.calls if call.request.url.host != "e"] == [] and records == []
 
 
-@pytest.mark.parametrize("status", [400, 404, 422, 501, 505])
-async def test_a_failure_another_attempt_would_meet_again_is_not_retried(
-        gateway: respx.MockRouter, records: list[RequestRecord], status: int) -> None:
-    route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(status, json={"error": {"message": "no"}})
+async def _once(records: list[RequestRecord]) -> httpx.Response:
+    """One request through an endpoint on the mocked gateway."""
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
                                                    RunAccount(on_record=records.append)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     await upstream.aclose()
+    return response
+
+
+@pytest.mark.parametrize("status", [400, 404, 422, 501, 505])
+async def test_a_failure_another_attempt_would_meet_again_is_not_retried(
+        gateway: respx.MockRouter, records: list[RequestRecord], status: int) -> None:
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(status, json={"error": {"message": "no"}})
+    response = await _once(records)
     assert response.status_code == status and route.call_count == 1 and records[0].attempts == 1
 
 
@@ -264,12 +270,6 @@ async def test_a_web_servers_html_page_is_named_in_one_line_not_shown_as_markup(
         gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
     page = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body><h1>Not Found</h1></body></html>"
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(404, text=page, headers={"content-type": "text/html"})
-    upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append)))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
-        response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
-    await upstream.aclose()
-    message = response.json()["error"]["message"]
+    message = (await _once(records)).json()["error"]["message"]
     assert message == ("an HTML page ('404 Not Found'), not an API's answer: is the API base URL right (it usually "
                        "ends in /v1)?") and records[0].error == message
