@@ -32,14 +32,8 @@ from .accounting.records import Purpose, RequestRecord
 from .accounting.run import RunAccount, Totals
 from .credentials import token_digest
 from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
-from .endpoint.app import (
-    BadRequest,
-    Endpoint,
-    Target,
-    bearer,
-    create_app,
-    error_response,
-)
+from .endpoint.app import BadRequest, Endpoint, Target, create_app
+from .endpoint.http import bearer, error_response
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream, upstream_for

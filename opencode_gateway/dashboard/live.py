@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..credentials import token_digest
-from ..endpoint.app import bearer, error_response
+from ..endpoint.http import bearer, error_response
 from ..errors import SettingsError
 from .data import Query, dashboard_data
 from .page import render_page

@@ -36,11 +36,11 @@ from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_f
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.purpose import request_purpose
+from .http import bearer, error_body, error_response
 from .tagging import Tagging, clean_body, forwarded_headers
-from .upstream import StreamStalled, Upstream, UpstreamReply, error_body
+from .upstream import StreamStalled, Upstream, UpstreamReply
 
-__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "bearer", "create_app", "error_response",
-           "transient"]
+__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "create_app", "transient"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -119,17 +119,6 @@ class Endpoint:
 # for a minute (6 attempts) before it gives up; a run stops OpenCode on the refusal anyway, but a
 # TUI launched through serve would sit retrying.
 REFUSED_STATUS = 400
-
-
-def bearer(headers: Mapping[str, str]) -> str | None:
-    """The token of an `Authorization: Bearer ...` header."""
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    return token if scheme.lower() == "bearer" and token else None
-
-
-def error_response(message: str, status_code: int, kind: str) -> Response:
-    """An OpenAI-shaped error, as every failure of the endpoint is answered."""
-    return Response(error_body(message, status_code=status_code, kind=kind), status_code, media_type="application/json")
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

@@ -7,7 +7,6 @@ endpoint relays and accounts for them with one code path.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
@@ -19,10 +18,11 @@ from ..errors import one_line
 from ..litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
 from ..settings import Settings
 from .caching import CacheStyle, cache_style, prepared
+from .http import error_body
 from .tagging import Tagging
 from .transport import AiohttpTransport
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply", "error_body",
+__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply",
            "upstream_for"]
 
 SSE = "text/event-stream"
@@ -32,12 +32,6 @@ COST_HEADER = "x-litellm-response-cost"
 
 class StreamStalled(Exception):
     """No chunk came for longer than the idle timeout."""
-
-
-def error_body(message: str, *, status_code: int, kind: str = "upstream_error") -> bytes:
-    """An OpenAI-shaped error body."""
-    error = {"message": message, "type": kind, "param": None, "code": str(status_code)}
-    return json.dumps({"error": error}).encode()
 
 
 async def _one(data: bytes) -> AsyncIterator[bytes]:
