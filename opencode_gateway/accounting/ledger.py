@@ -235,7 +235,13 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     return {str(row[0]) for row in rows if row[0] is not None}
 
 
-_INSERT_REQUEST = f"INSERT INTO requests VALUES ({', '.join('?' * 24)})"
+# A request's row, column by column (the order record_request writes them in).
+_REQUEST_COLUMNS = ("request_id", "run_id", "session_id", "response_id", "model", "upstream_model", "status_code",
+                    "stream", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                    "reasoning_tokens", "usage_missing", "estimated", "cost", "cost_source", "attempts", "error",
+                    "started_at", "ttfb_s", "duration_s", "purpose", "cache_saved")
+_INSERT_REQUEST = (f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) "
+                   f"VALUES ({', '.join('?' * len(_REQUEST_COLUMNS))})")
 
 
 class RunLedger(Protocol):

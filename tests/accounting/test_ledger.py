@@ -247,3 +247,12 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
     assert ids == {"dup", "a", "b"}
     assert ledger.failure is not None and "UNIQUE" in str(ledger.failure)
     ledger.close()
+
+
+def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
+    from opencode_gateway.accounting.ledger import _REQUEST_COLUMNS
+
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.close()
+    columns = [row[1] for row in sqlite3.connect(tmp_path / "ledger.db").execute("PRAGMA table_info(requests)")]
+    assert sorted(_REQUEST_COLUMNS) == sorted(columns)  # every column named, none twice, none missing
