@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..litellm_gateway.protocol import GATEWAY_PREFIX
-from .usage import Usage
+from .usage import Usage, per_token_cost
 
 __all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "price_map"]
 
@@ -168,13 +168,6 @@ def entry_cost(entry: Mapping[str, Any], usage: Usage) -> float | None:
     """The usage priced by one plain entry of the map; None when the usage has kinds not priced here."""
     if not _simple(usage.raw):
         return None
-    cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
-    uncached = max(usage.input_tokens - cache_read - cache_write, 0)
-    input_price = entry["input_cost_per_token"]
-    prompt = (uncached * input_price + cache_read * entry.get("cache_read_input_token_cost", input_price)
-              + cache_write * entry.get("cache_creation_input_token_cost", input_price))
-    output_price = entry["output_cost_per_token"]
-    reasoning = usage.reasoning_tokens
-    answer = max(usage.output_tokens - reasoning, 0) if reasoning else usage.output_tokens
-    completion = answer * output_price + reasoning * entry.get("output_cost_per_reasoning_token", output_price)
-    return float(prompt + completion)
+    return per_token_cost(usage, entry["input_cost_per_token"], entry["output_cost_per_token"],
+                          entry.get("cache_read_input_token_cost"), entry.get("cache_creation_input_token_cost"),
+                          entry.get("output_cost_per_reasoning_token"))

@@ -18,7 +18,7 @@ from .. import _litellm
 from ..errors import SettingsError
 from ..litellm_gateway.protocol import GATEWAY_PREFIX
 from .price_map import map_price, price_map
-from .usage import Usage
+from .usage import Usage, per_token_cost
 
 __all__ = ["Cost", "Price", "Pricer", "litellm_price", "per_million"]
 
@@ -80,14 +80,7 @@ class Price:
         return cls(**values)
 
     def cost(self, usage: Usage) -> float:
-        cache_read = self.input if self.cache_read is None else self.cache_read
-        cache_write = self.input if self.cache_write is None else self.cache_write
-        reasoning = self.output if self.reasoning is None else self.reasoning
-        uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
-        answer = max(usage.output_tokens - usage.reasoning_tokens, 0)
-        return (uncached * self.input + usage.cache_read_tokens * cache_read
-                + usage.cache_write_tokens * cache_write + answer * self.output
-                + usage.reasoning_tokens * reasoning)
+        return per_token_cost(usage, self.input, self.output, self.cache_read, self.cache_write, self.reasoning)
 
 
 def litellm_price(model: str, usage: Usage) -> float | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import _litellm
 
-__all__ = ["StreamUsageReader", "Usage", "estimate_usage", "usage_from_body"]
+__all__ = ["StreamUsageReader", "Usage", "estimate_usage", "per_token_cost", "usage_from_body"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -96,6 +96,19 @@ class Usage:
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+
+
+def per_token_cost(usage: Usage, input: float, output: float, cache_read: float | None = None,
+                   cache_write: float | None = None, reasoning: float | None = None) -> float:
+    """`usage` priced per token, as LiteLLM's generic formula prices it: a kind without a price of
+    its own costs its parent kind's (cache reads and writes the input's, reasoning the output's)."""
+    cache_read = input if cache_read is None else cache_read
+    cache_write = input if cache_write is None else cache_write
+    reasoning = output if reasoning is None else reasoning
+    uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
+    answer = max(usage.output_tokens - usage.reasoning_tokens, 0)
+    prompt = uncached * input + usage.cache_read_tokens * cache_read + usage.cache_write_tokens * cache_write
+    return float(prompt + answer * output + usage.reasoning_tokens * reasoning)
 
 
 def usage_from_body(body: object) -> Usage | None:
