@@ -25,9 +25,9 @@ from ._litellm import owning_loop
 from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .opencode.binary import SUPPORTED
-from .opencode.config import OPENCODE_VERSION, TOOLS
+from .opencode.config import OPENCODE_VERSION, PERMISSION_MODES, TOOLS
 from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
-from .settings import PERMISSION_MODES, RunSettings, Settings, load_settings
+from .settings import RunSettings, Settings, load_settings
 
 if TYPE_CHECKING:
     from .launch import ServerState

@@ -272,7 +272,7 @@ def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> di
     """Where a run's requests go: the run's model, the small model of OpenCode's background calls
     if it is another, and each purpose's route (`routes`)."""
     from .endpoint.app import Target
-    from .endpoint.upstream import upstream_for
+    from .wiring import upstream_for
 
     models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
     return {model: Target(model, upstream_for(settings, model), tagging, account) for model in dict.fromkeys(models)}

@@ -36,11 +36,12 @@ from .endpoint.app import BadRequest, Endpoint, Target, create_app
 from .endpoint.http import bearer, error_response
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .endpoint.upstream import Upstream, upstream_for
+from .endpoint.upstream import Upstream
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
 from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
 from .settings import Settings, check_routes
+from .wiring import upstream_for
 
 __all__ = ["SessionRouter", "serve", "server_app"]
 

@@ -21,27 +21,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Union
 
+from ._yaml import load_yaml
 from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
 from .litellm_gateway.protocol import GATEWAY_PREFIX, Mode, mode_of
+from .opencode.config import PERMISSION_MODES, check_permissions
 from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 
 __all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
            "check_routes",
            "default_data_dir", "json_kinds", "load_settings", "load_yaml"]
 
-PERMISSION_MODES = ("read-only", "edit", "full")
 ENV_PREFIX = "os.environ/"
 FILE_PREFIX = "file:"
-
-
-def check_permissions(mode: str | None) -> None:
-    """A permission mode, or None: the agent's own (build's is full; plan's forbids edits)."""
-    if mode is not None and mode not in PERMISSION_MODES:
-        hint = " (a headless run cannot answer permission prompts)" if mode == "ask" else ""
-        raise SettingsError(f"permissions {mode!r} is not supported{hint}: use one of {', '.join(PERMISSION_MODES)}")
 
 
 def default_data_dir() -> Path:
@@ -390,21 +384,6 @@ def _resolve_env(value: Any, where: str) -> Any:
     if isinstance(value, list):
         return [_resolve_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
-
-
-def load_yaml(text: str) -> Any:
-    """Safe YAML without aliases: an alias can make a few hundred bytes expand to gigabytes (a
-    "billion laughs"), and no setting needs one."""
-    import yaml
-
-    class NoAliases(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", mark)
-            return super().compose_node(parent, index)
-
-    return yaml.load(text, Loader=NoAliases)  # noqa: S506 (a SafeLoader)
 
 
 def _key_from_file(settings_file: Path, name: str) -> str:

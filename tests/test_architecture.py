@@ -126,3 +126,12 @@ def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_chec
     assert set(get_args(RunOutcome)) == {*get_args(StopReason), "interrupted"}
     assert get_args(Purpose) == ("main", "title", "summary", "compaction") and get_args(Mode) == ("gateway", "sdk")
     assert RunResult.__annotations__["stop_reason"] == "StopReason" and RunResult.__annotations__["mode"] == "Mode"
+
+
+def test_opencode_and_endpoint_do_not_import_settings() -> None:
+    """They take what they need (a protocol, or values); settings.py composes them, at the top."""
+    modules = _modules()
+    importing = sorted(name for name, path in modules.items()
+                       if name.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))
+                       and "opencode_gateway.settings" in _imports(name, path, modules))
+    assert importing == []

@@ -15,15 +15,13 @@ import httpx
 
 from .. import _litellm
 from ..errors import one_line
-from ..litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base
-from ..settings import Settings
+from ..litellm_gateway.protocol import gateway_base
 from .caching import CacheStyle, cache_style, prepared
 from .http import error_body
 from .tagging import Tagging
 from .transport import AiohttpTransport
 
-__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply",
-           "upstream_for"]
+__all__ = ["ProxyUpstream", "SdkUpstream", "StreamStalled", "Upstream", "UpstreamReply"]
 
 SSE = "text/event-stream"
 JSON = "application/json"
@@ -305,14 +303,3 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
         yield b"data: " + error_body(_exception_text(exc), status_code=status) + b"\n\n"
         return
     yield b"data: [DONE]\n\n"
-
-
-def upstream_for(settings: Settings, model: str) -> Upstream:
-    """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    prompt_caching = settings.prompt_caching  # per model or group; not set: known from the backend
-    caching = prompt_caching.get(model) or prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
-    if model.startswith(GATEWAY_PREFIX):
-        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
-                             connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout,
-                             caching=caching)
-    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout, caching=caching)

@@ -17,14 +17,15 @@ from typing import Any
 from ..accounting.price_map import context_window
 from ..accounting.pricing import Price, per_million
 from ..errors import ConfigConflict, SettingsError
-from ..settings import check_permissions
 
 __all__ = [
+    "PERMISSION_MODES",
     "PROVIDER_ID",
     "TOOLS",
     "build_config",
     "build_env",
     "check_agent",
+    "check_permissions",
     "check_user_config",
     "known_models",
     "make_private_dirs",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 PROVIDER_ID = "litellm"
+PERMISSION_MODES = ("read-only", "edit", "full")
 OPENCODE_VERSION = "1.18.33"
 
 # Normalised tool name -> the OpenCode permission keys that switch it off. OpenCode 1.18 gates
@@ -82,6 +84,13 @@ _INHERITED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "
 def opencode_model(model: str) -> str:
     """The run's model as OpenCode names it: provider `litellm`, model id = the LiteLLM model string."""
     return f"{PROVIDER_ID}/{model}"
+
+
+def check_permissions(mode: str | None) -> None:
+    """A permission mode, or None: the agent's own (build's is full; plan's forbids edits)."""
+    if mode is not None and mode not in PERMISSION_MODES:
+        hint = " (a headless run cannot answer permission prompts)" if mode == "ask" else ""
+        raise SettingsError(f"permissions {mode!r} is not supported{hint}: use one of {', '.join(PERMISSION_MODES)}")
 
 
 def permission_rules(mode: str | None, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = (),

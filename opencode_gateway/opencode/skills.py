@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._yaml import load_yaml
 from ..errors import SettingsError
-from ..settings import load_yaml
 
 __all__ = ["Skill", "install_skills", "load_skills", "skills_dir"]
 

@@ -15,16 +15,54 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..settings import RunSettings
+from ..accounting.pricing import Price
 from . import config as oc_config
 from .gitguard import GitControl
 from .sandbox import Sandbox
 from .seccomp import filter_fd
 from .skills import Skill, install_skills, skills_dir
 
-__all__ = ["Workspace"]
+__all__ = ["Workspace", "WorkspaceSettings"]
+
+
+class WorkspaceSettings(Protocol):
+    """What a workspace reads of a run's settings (settings.RunSettings has it all): OpenCode's
+    config, its environment and its sandbox. A protocol, so opencode/ does not import settings."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def small_model(self) -> str | None: ...
+    @property
+    def permissions(self) -> str | None: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def disable_tools(self) -> tuple[str, ...]: ...
+    @property
+    def opencode_config(self) -> Mapping[str, Any]: ...
+    @property
+    def mcp(self) -> Mapping[str, Any]: ...
+    @property
+    def pricing(self) -> Mapping[str, Price]: ...
+    @property
+    def environ(self) -> Mapping[str, str] | None: ...
+    @property
+    def sandbox_network(self) -> str: ...
+    @property
+    def sandbox_allow_write(self) -> tuple[str, ...]: ...
+    @property
+    def sandbox_allow_read(self) -> tuple[str, ...]: ...
+    @property
+    def secret_files(self) -> tuple[Path, ...]: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def ledger_path(self) -> Path: ...
+
+    def passed_env(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +97,7 @@ class Workspace:
         path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
         return [str(path)]
 
-    def config(self, settings: RunSettings, *, base_url: str, token_file: Path, instructions: Sequence[str] = (),
+    def config(self, settings: WorkspaceSettings, *, base_url: str, token_file: Path, instructions: Sequence[str] = (),
                readable_dirs: Sequence[str] = ()) -> dict[str, Any]:
         """The isolated opencode.json (also written to the private dir, for a person to read)."""
         config = oc_config.build_config(
@@ -72,7 +110,7 @@ class Workspace:
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config
 
-    def environment(self, settings: RunSettings, config: Mapping[str, Any], workdir: Path) -> dict[str, str]:
+    def environment(self, settings: WorkspaceSettings, config: Mapping[str, Any], workdir: Path) -> dict[str, str]:
         """OpenCode's environment: an allowlist of ours (see opencode/config.py), its private dirs,
         the config as content."""
         env = oc_config.build_env(settings.environ or {}, private_dir=self.private, data_dir=self.data_home,
@@ -80,7 +118,7 @@ class Workspace:
         env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD, not the real cwd
         return env
 
-    def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: RunSettings, *, workdir: Path,
+    def confine(self, argv: Sequence[str], env: Mapping[str, str], settings: WorkspaceSettings, *, workdir: Path,
                 port: int, socket_path: Path | None, new_session: bool = True, git: GitControl | None = None
                 ) -> tuple[list[str], dict[str, str], int]:
         """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py), and the descriptor of
