@@ -33,8 +33,8 @@ from .files import FileChange
 from .settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from .api import arun, astream, run, stream
     from .result import OutputInvalid, RunResult
-    from .runner import arun, astream, run, stream
 
 __all__ = [
     "BudgetExceeded",
@@ -71,7 +71,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(result, name)
     if name in ("arun", "astream", "run", "stream"):
-        from . import runner
+        from . import api
 
-        return getattr(runner, name)
+        return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,11 +22,12 @@ from typing import Any, Protocol, TextIO
 
 from .accounting.ledger import RunLedger, finished_values
 from .accounting.report import render_table
+from .api import check
 from .errors import GatewayError, SettingsError
 from .events import Event, RequestFinished
 from .options import task_kinds
+from .plan import prepare
 from .result import OutputInvalid, RunResult
-from .runner import check, prepare
 from .settings import Settings, beside
 
 __all__ = ["Batch", "Executor", "LocalExecutor", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "run_task",

@@ -161,9 +161,9 @@ def _result_line(result: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .api import run, stream
     from .events import Done
     from .result import OutputInvalid
-    from .runner import run, stream
 
     settings = _settings(args)
     prompt = _stdin_text("prompt") if args.prompt == ["-"] else " ".join(args.prompt)

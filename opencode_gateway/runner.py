@@ -1,32 +1,22 @@
 """One run, end to end: endpoint up, isolated config written, OpenCode run, result assembled.
 
-Data goes one way: arguments and Settings in, events and a RunResult out. OpenCode only ever
-learns the endpoint's loopback URL and a per-run token; the real keys stay in this process.
-
-`run`, `arun`, `stream` and `astream` take the same options (`RunOptions`, options.py). Everything
-that can be checked before OpenCode starts is checked by `prepare`, and raises; what happens during
-the run is reported in the RunResult (`stop_reason`, `error`, decided by conclusion.py), except an
-invalid structured output, which raises OutputInvalid because the caller asked for a value the run
-did not give. A run's parts: its account (accounting/run.py: records, ledger row, budget), its
-workspace (opencode/workspace.py: what OpenCode is given), the endpoint, and OpenCode's process.
+Data goes one way: a Plan (plan.py) in, events and a RunResult out. OpenCode only ever learns the
+endpoint's loopback URL and a per-run token; the real keys stay in this process. A run's parts: its
+account (accounting/run.py: records, ledger row, budget), its workspace (opencode/workspace.py:
+what OpenCode is given), the endpoint, and OpenCode's process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import re
 import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from typing_extensions import Unpack
 
 from . import _litellm
 from .accounting.budget import Refusal
@@ -37,212 +27,51 @@ from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .errors import BudgetExceeded, CapabilityUnsupported, PreflightError, SettingsError
-from .events import Done, ReasoningDelta, RequestFinished, TextDelta, ToolRequested, UpstreamRetry
+from .errors import BudgetExceeded, PreflightError
+from .events import ReasoningDelta, RequestFinished, TextDelta, ToolRequested, UpstreamRetry
 from .files import FileChange, Snapshot, Unlisted
 from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, mode_of
 from .opencode import config as oc_config
-from .opencode.binary import find_opencode
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, ProcessExit, opencode_retries, run_argv
 from .opencode.purpose import routed_model
-from .opencode.sandbox import resolve_sandbox
-from .opencode.sessions import prune_sessions, session_directory
-from .opencode.skills import Skill, load_skills
+from .opencode.sessions import is_session_id, prune_sessions, session_store
 from .opencode.watchdog import Watchdog
 from .opencode.workspace import Workspace
-from .options import PER_RUN, RunOptions, shows_options
 from .ordering import CausalOrder
-from .output import OutputSpec
+from .plan import Plan
 from .result import OutputInvalid, RunResult
-from .settings import RunSettings, Settings
+from .settings import RunSettings
 
 if TYPE_CHECKING:
     from .endpoint.app import Target, Targeting
 
-__all__ = ["Plan", "RunResult", "arun", "astream", "check", "prepare", "run", "stream"]
-
-_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+__all__ = ["execute"]
 # How long a request waits for OpenCode's events it follows from (they are normally read within
 # milliseconds: OpenCode prints them before it sends the request).
 _ORDER_WAIT_S = 10.0
 
 
-def _session_store(settings: Settings, session_id: str) -> Path:
-    if not _SESSION_ID.match(session_id):
-        raise SettingsError(f"session id {session_id!r} is invalid: pass a RunResult.session_id (ses_...)")
-    return settings.data_dir / "sessions" / session_id
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A run that passed every check that can be made before OpenCode starts."""
-
-    settings: RunSettings
-    prompt: str
-    workdir: Path
-    binary: str
-    session_id: str | None
-    resumed_store: Path | None
-    skills: tuple[Skill, ...]
-    output: OutputSpec | None
-    sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
-    notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
-
-    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
-                      ledger: RunLedger | None = None) -> RunResult:
-        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
-        The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
-        sends them to the driver's)."""
-        settings = self.settings
-        own = None
-        if ledger is None:
-            own = ledger = Ledger(settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
-        run = _Run(self, ledger, on_event, deltas)
-        try:
-            return await run.execute()
-        except PreflightError as exc:  # the gateway's check failed while OpenCode started: no model call made
-            run.account.finish(self.session_id, "error", str(exc))
-            raise
-        except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
-            run.account.finish(self.session_id, "interrupted", _interruption(exc))
-            raise
-        finally:
-            if own is not None:
-                own.close()
-
-
-def _check_session(settings: Settings, session_id: str | None, workdir: Path) -> Path | None:
-    """The kept store of the session a run continues (None for a new session)."""
-    if session_id is None:
-        return None
-    store = _session_store(settings, session_id)
-    if not store.is_dir():
-        raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
-    started_in = session_directory(store, session_id)
-    if started_in is not None and started_in.resolve() != workdir:
-        raise SettingsError(f"session {session_id} was started in {started_in}, and OpenCode continues a session only "
-                            f"in its own folder: run it with --workdir {started_in} (workdir= in the Python API)")
-    return store
-
-
-def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
-    if options.get("tools") is not None:
-        raise CapabilityUnsupported(
-            "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
-            "headless run cannot call back into Python; give the agent a command (it has bash) or a skill instead")
-    if options.get("history") is not None:
-        raise CapabilityUnsupported(
-            "a conversation history cannot be injected: OpenCode keeps its own sessions; continue an earlier run "
-            "with session_id=<its RunResult.session_id>")
-    overrides: dict[str, Any] = {name: value for name, value in options.items() if name not in PER_RUN}
-    if overrides.get("skills") is not None:
-        overrides["skills"] = [str(folder) for folder in overrides["skills"]]
-    settings = (options.get("settings") or Settings()).replace(**overrides).validated()
-    if not prompt.strip():
-        raise SettingsError("the prompt is empty: give the task to run")
+async def execute(plan: Plan, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
+                  ledger: RunLedger | None = None) -> RunResult:
+    """Run `plan` (Plan.execute). The run's rows go to its settings' ledger, or to `ledger` (a batch
+    task on a Ray worker sends them to the driver's)."""
+    own = None
+    if ledger is None:
+        own = ledger = Ledger(plan.settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
+    run = _Run(plan, ledger, on_event, deltas)
     try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as lone surrogates
-        raise SettingsError(f"the prompt is not UTF-8 text (character {exc.start}): give the task as UTF-8") from None
-    cwd = Path(options.get("workdir", ".")).expanduser().resolve()
-    if not cwd.is_dir():
-        raise SettingsError(f"workdir {cwd} is not a directory")
-    oc_config.check_user_config(settings.opencode_config)
-    oc_config.check_agent(settings.agent, settings.opencode_config)
-    oc_config.permission_rules(settings.permissions, settings.disable_tools)
-    loaded_skills = load_skills(settings.skills)
-    if loaded_skills and "skill" in settings.disable_tools:
-        raise SettingsError("skills were given but the skill tool is disabled: drop --disable-tool skill")
-    output = options.get("output")
-    spec = None if output is None else OutputSpec.of(output)
-    session_id = options.get("session_id")
-    resumed_store = _check_session(settings, session_id, cwd)
-    notes: list[str] = []
-    confinement = resolve_sandbox(settings.sandbox, notes)
-    return Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
-                binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
-                resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
-                notes=tuple(notes))
-
-
-@shows_options
-def check(prompt: str, **options: Unpack[RunOptions]) -> None:
-    """Raise what `run` would raise before OpenCode starts, without running anything."""
-    prepare(prompt, **options)
-
-
-@shows_options
-async def arun(prompt: str, **options: Unpack[RunOptions]) -> RunResult:
-    """Run OpenCode once on `model` through a local endpoint, account for every request, and
-    return its RunResult."""
-    return await prepare(prompt, **options).execute()
-
-
-@shows_options
-async def astream(prompt: str, **options: Unpack[RunOptions]) -> AsyncIterator[Event]:
-    """Run OpenCode once, yielding its events as they happen; the last is Done(result).
-
-    Leaving the loop early stops the run (OpenCode is killed, the ledger row closed)."""
-    plan = prepare(prompt, **options)
-    queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    task = asyncio.ensure_future(plan.execute(queue.put_nowait, deltas=True))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
-    try:
-        while (event := await queue.get()) is not None:
-            yield event
-        result = task.result()  # raises what the run raised (a preflight error, OutputInvalid, ...)
-        yield Done(result.session_id, result=result)
+        return await run.execute()
+    except PreflightError as exc:  # the gateway's check failed while OpenCode started: no model call made
+        run.account.finish(plan.session_id, "error", str(exc))
+        raise
+    except BaseException as exc:  # interrupted (Ctrl-C, cancelled) or failed: the run's row still closes
+        run.account.finish(plan.session_id, "interrupted", _interruption(exc))
+        raise
     finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-def _no_running_loop(name: str, instead: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise RuntimeError(f"{name}() was called inside a running event loop: use `{instead}` instead")
-
-
-@shows_options
-def run(prompt: str, **options: Unpack[RunOptions]) -> RunResult:
-    """`arun` for code without an event loop."""
-    _no_running_loop("run", "await arun(...)")
-    return asyncio.run(_litellm.owning_loop(arun(prompt, **options)))
-
-
-@shows_options
-def stream(prompt: str, **options: Unpack[RunOptions]) -> Iterator[Event]:
-    """`astream` for code without an event loop: a plain iterator of events, ending with Done.
-
-    The run makes progress while the caller waits for the next event."""
-    _no_running_loop("stream", "async for event in astream(...)")
-    loop = asyncio.new_event_loop()
-    events = astream(prompt, **options)
-    try:
-        while True:
-            step: asyncio.Future[Event] = asyncio.ensure_future(anext(events), loop=loop)
-            try:
-                event = loop.run_until_complete(step)
-            except StopAsyncIteration:
-                return
-            except BaseException:  # Ctrl-C while the loop ran: cancel the step, which stops the run
-                step.cancel()
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(step)
-                raise
-            yield event
-    finally:
-        loop.run_until_complete(events.aclose())  # type: ignore[attr-defined]
-        loop.run_until_complete(_litellm.close_clients())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
+        if own is not None:
+            own.close()
 
 
 def _account(settings: RunSettings, ledger: RunLedger, on_record: Callable[[RequestRecord], None]) -> RunAccount:
@@ -405,8 +234,8 @@ async def _snapshot(workdir: Path, max_file_bytes: int, deadline: float, warning
 
 def _keep_session(plan: Plan, workspace: Workspace, session_id: str | None) -> None:
     """A new session's store, kept under the data dir for --session."""
-    if plan.resumed_store is None and session_id and _SESSION_ID.match(session_id):
-        store = _session_store(plan.settings, session_id)
+    if plan.resumed_store is None and session_id and is_session_id(session_id):
+        store = session_store(plan.settings.data_dir, session_id)
         store.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(workspace.data_home), store)
 

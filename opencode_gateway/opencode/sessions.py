@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import sqlite3
 import time
@@ -21,7 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KeptSession", "kept_sessions", "prune_sessions", "session_directory"]
+from ..errors import SettingsError
+
+__all__ = ["KeptSession", "is_session_id", "kept_sessions", "prune_sessions", "session_directory", "session_store"]
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def is_session_id(text: str) -> bool:
+    """Whether `text` can name a session (and so a folder of its own: no path in it)."""
+    return _SESSION_ID.match(text) is not None
+
+
+def session_store(data_dir: Path, session_id: str) -> Path:
+    """Where session `session_id` is kept for `--session`; SettingsError for an id that is none."""
+    if not is_session_id(session_id):
+        raise SettingsError(f"session id {session_id!r} is invalid: pass a RunResult.session_id (ses_...)")
+    return data_dir / "sessions" / session_id
 
 
 def session_directory(data_home: Path, session_id: str) -> Path | None:

@@ -1,0 +1,105 @@
+"""A run that passed every check that can be made before OpenCode starts: its settings, workdir,
+binary, kept session, skills, output schema and sandbox. `prepare` makes one from `run`'s options
+and raises what is wrong; `Plan.execute` runs it (runner.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import Unpack
+
+from .accounting.ledger import RunLedger
+from .errors import CapabilityUnsupported, SettingsError
+from .opencode import config as oc_config
+from .opencode.binary import find_opencode
+from .opencode.lines import Event
+from .opencode.sandbox import resolve_sandbox
+from .opencode.sessions import session_directory, session_store
+from .opencode.skills import Skill, load_skills
+from .options import PER_RUN, RunOptions
+from .output import OutputSpec
+from .result import RunResult
+from .settings import RunSettings, Settings
+
+__all__ = ["Plan", "prepare"]
+
+@dataclass(frozen=True)
+class Plan:
+    """A run that passed every check that can be made before OpenCode starts."""
+
+    settings: RunSettings
+    prompt: str
+    workdir: Path
+    binary: str
+    session_id: str | None
+    resumed_store: Path | None
+    skills: tuple[Skill, ...]
+    output: OutputSpec | None
+    sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
+    notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
+
+    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
+                      ledger: RunLedger | None = None) -> RunResult:
+        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
+        The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
+        sends them to the driver's)."""
+        from .runner import execute  # the run's machinery: imported when a plan runs
+
+        return await execute(self, on_event, deltas=deltas, ledger=ledger)
+
+
+def _check_session(settings: Settings, session_id: str | None, workdir: Path) -> Path | None:
+    """The kept store of the session a run continues (None for a new session)."""
+    if session_id is None:
+        return None
+    store = session_store(settings.data_dir, session_id)
+    if not store.is_dir():
+        raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
+    started_in = session_directory(store, session_id)
+    if started_in is not None and started_in.resolve() != workdir:
+        raise SettingsError(f"session {session_id} was started in {started_in}, and OpenCode continues a session only "
+                            f"in its own folder: run it with --workdir {started_in} (workdir= in the Python API)")
+    return store
+
+
+def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
+    if options.get("tools") is not None:
+        raise CapabilityUnsupported(
+            "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
+            "headless run cannot call back into Python; give the agent a command (it has bash) or a skill instead")
+    if options.get("history") is not None:
+        raise CapabilityUnsupported(
+            "a conversation history cannot be injected: OpenCode keeps its own sessions; continue an earlier run "
+            "with session_id=<its RunResult.session_id>")
+    overrides: dict[str, Any] = {name: value for name, value in options.items() if name not in PER_RUN}
+    if overrides.get("skills") is not None:
+        overrides["skills"] = [str(folder) for folder in overrides["skills"]]
+    settings = (options.get("settings") or Settings()).replace(**overrides).validated()
+    if not prompt.strip():
+        raise SettingsError("the prompt is empty: give the task to run")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as lone surrogates
+        raise SettingsError(f"the prompt is not UTF-8 text (character {exc.start}): give the task as UTF-8") from None
+    cwd = Path(options.get("workdir", ".")).expanduser().resolve()
+    if not cwd.is_dir():
+        raise SettingsError(f"workdir {cwd} is not a directory")
+    oc_config.check_user_config(settings.opencode_config)
+    oc_config.check_agent(settings.agent, settings.opencode_config)
+    oc_config.permission_rules(settings.permissions, settings.disable_tools)
+    loaded_skills = load_skills(settings.skills)
+    if loaded_skills and "skill" in settings.disable_tools:
+        raise SettingsError("skills were given but the skill tool is disabled: drop --disable-tool skill")
+    output = options.get("output")
+    spec = None if output is None else OutputSpec.of(output)
+    session_id = options.get("session_id")
+    resumed_store = _check_session(settings, session_id, cwd)
+    notes: list[str] = []
+    confinement = resolve_sandbox(settings.sandbox, notes)
+    return Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
+                binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
+                resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
+                notes=tuple(notes))
