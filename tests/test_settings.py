@@ -209,7 +209,8 @@ def test_a_route_whose_window_is_large_enough_or_unknown_is_taken() -> None:
 
 
 def test_routes_come_from_the_file_and_the_flags(tmp_path: Path) -> None:
-    from opencode_gateway.cli import _settings, build_parser
+    from opencode_gateway.cli import build_parser
+    from opencode_gateway.commands import _settings
 
     path = tmp_path / "config.yaml"
     path.write_text("routes:\n  compaction: openai/gpt-4.1\n  title: openai/gpt-4.1-nano\n")
