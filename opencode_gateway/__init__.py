@@ -30,7 +30,8 @@ from .errors import (
     UpstreamError,
 )
 from .files import FileChange
-from .settings import Settings, load_settings
+from .settings import Settings
+from .settings_file import load_settings
 
 if TYPE_CHECKING:
     from .api import arun, astream, run, stream

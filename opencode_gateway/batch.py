@@ -28,7 +28,8 @@ from .events import Event, RequestFinished
 from .options import task_kinds
 from .plan import prepare
 from .result import OutputInvalid, RunResult
-from .settings import Settings, beside
+from .settings import Settings
+from .settings_file import beside
 
 __all__ = ["Batch", "Executor", "LocalExecutor", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "run_task",
            "summary"]

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._litellm import owning_loop
 from .errors import SettingsError
-from .settings import RunSettings, Settings, load_settings
+from .settings import RunSettings, Settings
+from .settings_file import load_settings
 
 if TYPE_CHECKING:
     from .launch import ServerState

@@ -1,5 +1,6 @@
-"""Before OpenCode's first model call, in SDK mode: does litellm know the model's provider, and is
-the provider's key there?
+"""Before OpenCode's first model call: the checks its calls need, under way while OpenCode starts
+(`Preflight`). In gateway mode, the gateway's (litellm_gateway/preflight.py); in SDK mode, this
+module's own: does litellm know the model's provider, and is the provider's key there?
 
 `-m gpt4o-mini` (no provider) or a missing OPENAI_API_KEY started OpenCode and failed 15 s later
 with exit 1, the message twice and litellm's multi-line text; the gateway's same mistakes were one
@@ -9,13 +10,18 @@ OpenCode starts, it holds every request until it passed.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from collections.abc import Iterable, Mapping
 
 from . import _litellm
-from .errors import PreflightError
+from .accounting.budget import Refusal
+from .errors import BudgetExceeded, PreflightError
+from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, mode_of
+from .opencode.process import OpenCodeProcess
+from .settings import RunSettings
 
-__all__ = ["check_providers"]
+__all__ = ["Preflight", "check_providers"]
 
 
 def _suggestion(model: str, known: Iterable[str], providers: Mapping[str, str]) -> str:
@@ -50,3 +56,55 @@ def check_providers(models: Iterable[str], *, api_key: str | None, api_base: str
         if keys:
             raise PreflightError(f"{keys[0]} is not set, and litellm needs it for {model}: export it, or pass "
                                  "--api-key (or --api-key-file)", check="key")
+
+
+class Preflight:
+    """The check a run's model calls need, under way while OpenCode starts: in gateway mode, does
+    the gateway answer and may the key use the group; in SDK mode, does litellm know each model's
+    provider and is its key set. No request is forwarded until it passed (Endpoint.checked); a
+    failed check stops OpenCode before any model call."""
+
+    def __init__(self, settings: RunSettings, process: OpenCodeProcess) -> None:
+        self._check = asyncio.ensure_future(_checks(settings))
+        self._check.add_done_callback(lambda _: self._stop_on_failure(process))
+
+    def _stop_on_failure(self, process: OpenCodeProcess) -> None:
+        if self.failed() is not None:
+            process.stop()
+
+    def failed(self) -> BaseException | None:
+        """What failed, once the check is done (None before, or if it passed)."""
+        check = self._check
+        return None if not check.done() or check.cancelled() else check.exception()
+
+    async def done(self) -> BaseException | None:
+        """What failed, waiting for the check to be done."""
+        await asyncio.wait([self._check])
+        return self.failed()
+
+    async def outcome(self) -> Refusal | None:
+        """Once the check is done: a spent budget ends the run as a refused call does; any other
+        failure is raised (PreflightError: exit 2), as it was when the check came before OpenCode."""
+        error = await self.done()
+        if error is not None and not isinstance(error, BudgetExceeded):
+            raise error
+        return None if error is None else Refusal("budget", str(error))
+
+    async def refusal(self) -> str | None:
+        """For the endpoint: None once the check passed, else what failed."""
+        error = await self.done()
+        return None if error is None else str(error)
+
+    def cancel(self) -> None:
+        self._check.cancel()
+
+
+async def _checks(settings: RunSettings) -> None:
+    if settings.mode == "gateway":
+        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
+
+        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
+                            settings.model.removeprefix(GATEWAY_PREFIX))
+    models = [m for m in (settings.model, settings.small_model, *settings.routes.values()) if m and mode_of(m) == "sdk"]
+    if models:
+        await asyncio.to_thread(check_providers, models, api_key=settings.api_key, api_base=settings.api_base)

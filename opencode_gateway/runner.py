@@ -27,10 +27,9 @@ from .accounting.run import RunAccount
 from .conclusion import Happened, conclude
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .errors import BudgetExceeded, PreflightError
+from .errors import PreflightError
 from .events import ReasoningDelta, RequestFinished, TextDelta, ToolRequested, UpstreamRetry
 from .files import FileChange, Snapshot, Unlisted
-from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, mode_of
 from .opencode import config as oc_config
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
@@ -41,6 +40,7 @@ from .opencode.watchdog import Watchdog
 from .opencode.workspace import Workspace
 from .ordering import CausalOrder
 from .plan import Plan
+from .provider import Preflight
 from .result import OutputInvalid, RunResult
 from .settings import RunSettings
 
@@ -156,60 +156,6 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
     return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
 
-class _Preflight:
-    """The check a run's model calls need, under way while OpenCode starts: in gateway mode, does
-    the gateway answer and may the key use the group; in SDK mode, does litellm know each model's
-    provider and is its key set. No request is forwarded until it passed (Endpoint.checked); a
-    failed check stops OpenCode before any model call."""
-
-    def __init__(self, settings: RunSettings, process: OpenCodeProcess) -> None:
-        self._check = asyncio.ensure_future(_preflight(settings))
-        self._check.add_done_callback(lambda _: self._stop_on_failure(process))
-
-    def _stop_on_failure(self, process: OpenCodeProcess) -> None:
-        if self.failed() is not None:
-            process.stop()
-
-    def failed(self) -> BaseException | None:
-        """What failed, once the check is done (None before, or if it passed)."""
-        check = self._check
-        return None if not check.done() or check.cancelled() else check.exception()
-
-    async def done(self) -> BaseException | None:
-        """What failed, waiting for the check to be done."""
-        await asyncio.wait([self._check])
-        return self.failed()
-
-    async def outcome(self) -> Refusal | None:
-        """Once the check is done: a spent budget ends the run as a refused call does; any other
-        failure is raised (PreflightError: exit 2), as it was when the check came before OpenCode."""
-        error = await self.done()
-        if error is not None and not isinstance(error, BudgetExceeded):
-            raise error
-        return None if error is None else Refusal("budget", str(error))
-
-    async def refusal(self) -> str | None:
-        """For the endpoint: None once the check passed, else what failed."""
-        error = await self.done()
-        return None if error is None else str(error)
-
-    def cancel(self) -> None:
-        self._check.cancel()
-
-
-async def _preflight(settings: RunSettings) -> None:
-    if settings.mode == "gateway":
-        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
-
-        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
-                            settings.model.removeprefix(GATEWAY_PREFIX))
-    models = [m for m in (settings.model, settings.small_model, *settings.routes.values()) if m and mode_of(m) == "sdk"]
-    if models:
-        from .provider import check_providers
-
-        await asyncio.to_thread(check_providers, models, api_key=settings.api_key, api_base=settings.api_base)
-
-
 def _warm_up(settings: RunSettings, keep: str | None) -> None:
     """While OpenCode starts: the kept sessions past their days removed (each is ~1 MB), but the
     one this run continues; and what the first request needs, imported (litellm, ~2.4 s, in SDK
@@ -269,7 +215,7 @@ class _Run:
         self.process: OpenCodeProcess | None = None
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
-        self.preflight: _Preflight | None = None
+        self.preflight: Preflight | None = None
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The
@@ -357,7 +303,7 @@ class _Run:
         try:
             self.process, token = _opencode(self.plan, workspace, server, socket_path, tag, git)
             await self.process.start()
-            self.preflight = _Preflight(settings, self.process)
+            self.preflight = Preflight(settings, self.process)
             warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings, self.plan.session_id))
             from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 

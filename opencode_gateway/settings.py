@@ -8,7 +8,6 @@ file.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import re
@@ -21,21 +20,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Union
 
-from ._yaml import load_yaml
 from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
 from .litellm_gateway.protocol import GATEWAY_PREFIX, Mode, mode_of
-from .opencode.config import PERMISSION_MODES, check_permissions
+from .opencode.config import check_permissions
 from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 
-__all__ = ["PERMISSION_MODES", "UNSET", "RunSettings", "Settings", "beside", "check_attribution", "check_permissions",
-           "check_routes",
-           "default_data_dir", "json_kinds", "load_settings", "load_yaml"]
+__all__ = ["UNSET", "RunSettings", "Settings", "check_attribution", "check_routes", "default_data_dir", "json_kinds"]
 
-ENV_PREFIX = "os.environ/"
-FILE_PREFIX = "file:"
 
 
 def default_data_dir() -> Path:
@@ -45,11 +39,6 @@ def default_data_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "opencode-gateway"
-
-
-def beside(file: Path, paths: Iterable[str]) -> list[str]:
-    """Paths named in `file` (a settings or tasks file), found relative to the file's folder."""
-    return [str(file.parent / Path(path).expanduser()) for path in paths]
 
 
 def _budget(name: str, value: Any) -> Budget | PeriodBudget:
@@ -353,13 +342,6 @@ def json_kinds(annotation: Any) -> tuple[type, ...]:
     raise TypeError(f"no JSON form for {annotation!r}")
 
 
-# What config.yaml may contain (every setting), and the types each key may be written as.
-_HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
-_FILE_KEYS: dict[str, tuple[type, ...]] = {
-    f.name: json_kinds(_HINTS[f.name]) for f in dataclasses.fields(Settings) if f.metadata.get("setting", True)
-}
-
-
 def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_metadata_keys: Iterable[str]) -> None:
     """Tags and metadata as the gateway can carry them: raises SettingsError naming the bad one."""
     for tag in tags:
@@ -371,79 +353,3 @@ def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_meta
         if "," in value or _CONTROL.search(value):
             raise SettingsError(f"metadata {key}={metadata[key]!r} contains a comma or a control character "
                                 f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it")
-
-
-def _resolve_env(value: Any, where: str) -> Any:
-    if isinstance(value, str) and value.startswith(ENV_PREFIX):
-        name = value[len(ENV_PREFIX) :]
-        if name not in os.environ:
-            raise SettingsError(f"{where}: environment variable {name} is not set (referenced as {value})")
-        return os.environ[name]
-    if isinstance(value, dict):
-        return {k: _resolve_env(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return value
-
-
-def _key_from_file(settings_file: Path, name: str) -> str:
-    """`api_key: file:PATH`: the key in PATH (beside the settings file when relative)."""
-    path = Path(beside(settings_file, [name])[0])
-    try:
-        key = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{settings_file}: api_key: cannot read the key file {path} ({exc})") from None
-    if not key:
-        raise SettingsError(f"{settings_file}: api_key: the key file {path} is empty")
-    return key
-
-
-def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
-    """Read a config.yaml into Settings (over `base`); None reads nothing."""
-    base = base or Settings()
-    if path is None:
-        return base
-    import yaml
-
-    file = Path(path)
-    try:
-        raw = load_yaml(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SettingsError(f"{file}: cannot read the settings file ({exc.strerror})") from exc
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"{file}: not UTF-8 text (byte {exc.start}): save the settings file as UTF-8") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None)
-        raise SettingsError(f"{file}: not valid YAML{at}{f' ({problem})' if problem else ''}") from exc
-    if raw is None:
-        return base
-    if not isinstance(raw, dict):
-        raise SettingsError(f"{file}: the top level must be a mapping of settings")
-    values: dict[str, Any] = {"secret_files": (*base.secret_files, file.resolve())}
-    for key, value in raw.items():
-        if key not in _FILE_KEYS:
-            close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
-            raise SettingsError(f"{file}: unknown setting {key!r}" + (f"; did you mean {close[0]}?" if close else
-                                f"; known settings: {', '.join(_FILE_KEYS)}"))
-        if value is None:
-            continue
-        value = _resolve_env(value, f"{file}: {key}")
-        expected = _FILE_KEYS[key]
-        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-            names = " or ".join(t.__name__ for t in expected)
-            raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
-        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
-            raise SettingsError(f"{file}: {key} must be a list of strings")
-        if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
-            value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
-        if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
-            key_file = Path(beside(file, [value[len(FILE_PREFIX):]])[0])
-            values["secret_files"] = (*values.get("secret_files", ()), key_file)
-            value = _key_from_file(file, value[len(FILE_PREFIX):])
-        values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
-    try:
-        return base.replace(**values)  # which checks prices and budgets
-    except SettingsError as exc:
-        raise SettingsError(f"{file}: {exc}") from exc

@@ -135,3 +135,10 @@ def test_opencode_and_endpoint_do_not_import_settings() -> None:
                        if name.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))
                        and "opencode_gateway.settings" in _imports(name, path, modules))
     assert importing == []
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module a newcomer reads in one sitting (cli.py was 718 lines, runner.py 574)."""
+    long = sorted(f"{path.relative_to(PACKAGE)} ({lines} lines)" for path in PACKAGE.rglob("*.py")
+                  if (lines := len(path.read_text().splitlines())) > 400)
+    assert long == []

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.settings import UNSET, Settings, load_settings
+from opencode_gateway.settings import UNSET, Settings
+from opencode_gateway.settings_file import load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:

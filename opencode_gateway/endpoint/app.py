@@ -11,10 +11,8 @@ import asyncio
 import collections
 import dataclasses
 import hmac
-import html
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -36,7 +34,8 @@ from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_f
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.purpose import request_purpose
-from .http import bearer, error_body, error_response
+from .bodies import PARSED_AT_ONCE, json_body
+from .http import bearer, error_body, error_message, error_response
 from .tagging import Tagging, clean_body, forwarded_headers
 from .upstream import StreamStalled, Upstream, UpstreamReply
 
@@ -121,57 +120,6 @@ class Endpoint:
 REFUSED_STATUS = 400
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The body, or None as soon as it is known to be over `limit` (never read further)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            return None
-    return bytes(body)
-
-
-# A body's shape, bounded before it is parsed: 32 MiB of `{},` is 11 million dicts, 6 GB once
-# parsed. OpenCode's longest sessions send a few tens of thousands of values.
-MAX_JSON_VALUES = 250_000
-_PARSED_AT_ONCE = 2  # bodies of one token read and parsed at once
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-
-
-def _too_many_values(raw: bytes) -> bool:
-    """Whether `raw` holds more than MAX_JSON_VALUES values (objects, arrays, and the items
-    commas separate). Counting the brackets and commas inside strings too is an upper bound,
-    enough for almost every body; only above it are the strings taken out and counted exactly."""
-    def values(text: bytes) -> int:
-        return text.count(b"{") + text.count(b"[") + text.count(b",")
-
-    return values(raw) > MAX_JSON_VALUES and values(_JSON_STRING.sub(b'""', raw)) > MAX_JSON_VALUES
-
-
-async def _json_body(request: Request, limit: int, parsing: asyncio.Semaphore) -> dict[str, Any] | Response:
-    """The request's JSON object, or the error response that says what is wrong with it. Bodies
-    are read and parsed `parsing` at a time (per token), each shape bounded first."""
-    async with parsing:
-        raw = await _read_body(request, limit)
-        if raw is None:
-            return error_response(f"request body is over the limit of {limit:,} bytes", 413, "invalid_request_error")
-        if _too_many_values(raw):
-            return error_response(f"request body holds over {MAX_JSON_VALUES:,} JSON values: no chat request needs "
-                                  "that many", 413, "invalid_request_error")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return error_response("request body is not valid JSON", 400, "invalid_request_error")
-        except RecursionError:
-            return error_response("request body is nested too deeply", 400, "invalid_request_error")
-    if not isinstance(body, dict):
-        return error_response("request body must be a JSON object", 400, "invalid_request_error")
-    return body
-
-
 def _forwarded(body: dict[str, Any], target: Target) -> dict[str, Any]:
     """What goes upstream: the allowlisted fields (endpoint/tagging.py), the model pinned to the
     target's, and a streamed answer's usage asked for."""
@@ -206,12 +154,12 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
 
     # Bodies being read and parsed at once, per token: one token (an agent's) cannot fill memory.
     parsing: collections.defaultdict[str, asyncio.Semaphore] = collections.defaultdict(
-        lambda: asyncio.Semaphore(_PARSED_AT_ONCE))
+        lambda: asyncio.Semaphore(PARSED_AT_ONCE))
 
     async def chat(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        body = await _json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
+        body = await json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
         if isinstance(body, Response):
             return body
         if endpoint.checked is not None and (refused := await endpoint.checked()) is not None:
@@ -343,7 +291,7 @@ class _Call:
     async def failed(self, reply: UpstreamReply) -> Response:
         raw = await reply.read()
         await reply.aclose()
-        message = _error_message(raw) or f"upstream answered HTTP {reply.status_code}"
+        message = error_message(raw) or f"upstream answered HTTP {reply.status_code}"
         message = self.endpoint.scrub(message)
         log.warning("upstream error %s: %s", reply.status_code, message)
         self.record(reply.status_code, None, Cost(0.0, "failed"), None, message)  # refused: nothing generated
@@ -433,23 +381,3 @@ def transient(status_code: int) -> bool:
     """A failure that another attempt may not meet: a timeout, a conflict, a rate limit, a server
     error. Not 501 or 505 (the server does not do what was asked, and will not), nor another 4xx."""
     return status_code in (408, 409, 429) or (status_code >= 500 and status_code not in (501, 505))
-
-
-def _error_message(raw: bytes) -> str | None:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        text = raw.decode(errors="replace").strip()
-        if text[:200].lstrip().lower().startswith(("<!doctype", "<html")):  # a web server's page, not an API's
-            title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
-            page = " ".join(html.unescape(title.group(1)).split()) if title else "no title"
-            return (f"an HTML page ({page!r}), not an API's answer: is the API base URL right (it usually ends in "
-                    "/v1)?")
-        return " ".join(text.split())[:2000] or None
-    if isinstance(data, dict):
-        error = data.get("error", data.get("detail"))
-        if isinstance(error, dict):
-            return str(error.get("message") or json.dumps(error))
-        if error is not None:
-            return str(error)
-    return None

@@ -16,7 +16,8 @@ from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.usage import Usage
-from opencode_gateway.endpoint.app import MAX_JSON_VALUES, Endpoint, Target, _too_many_values, create_app
+from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.bodies import MAX_JSON_VALUES, too_many_values
 from opencode_gateway.endpoint.server import EndpointServer
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -158,4 +159,4 @@ async def test_a_body_of_millions_of_values_is_refused_before_it_is_parsed() -> 
     response = await post(app, content=nested)
     assert response.status_code in (400, 413) and sink == []  # nested too deeply, or too many values: never parsed
     prose = "a, b, {c} [d] " * 100_000  # 400,000 commas and brackets, all in one string
-    assert not _too_many_values(json.dumps({"messages": [{"role": "user", "content": prose}]}).encode())
+    assert not too_many_values(json.dumps({"messages": [{"role": "user", "content": prose}]}).encode())
