@@ -13,12 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import (
-    _MIGRATIONS,
-    SCHEMA_VERSION,
-    Ledger,
-    connect,
-)
+from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, connect
+from opencode_gateway.accounting.ledger.schema import _MIGRATIONS
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
@@ -250,7 +246,7 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
 
 
 def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
-    from opencode_gateway.accounting.ledger import _REQUEST_COLUMNS
+    from opencode_gateway.accounting.ledger.writer import _REQUEST_COLUMNS
 
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.close()
