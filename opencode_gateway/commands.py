@@ -246,7 +246,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from .accounting.report import render_table, utc_time
+    from .accounting.report import render_table
+    from .accounting.times import utc_time
     from .opencode.sessions import kept_sessions, prune_sessions
 
     data_dir = _settings(args).data_dir

@@ -4,6 +4,7 @@ and run options a type checker checks."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,14 @@ def test_no_module_is_over_400_lines() -> None:
     long = sorted(f"{path.relative_to(PACKAGE)} ({lines} lines)" for path in PACKAGE.rglob("*.py")
                   if (lines := len(path.read_text().splitlines())) > 400)
     assert long == []
+
+
+def test_the_ledgers_sql_lives_in_the_ledger_package() -> None:
+    """Every query of the ledger's tables is under accounting/ledger/ (report.py, dashboard/data.py
+    and reconcile.py held SQL of their own, passed between modules as strings)."""
+    tables = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+(runs|requests)\b")
+    holding = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                     if "accounting/ledger/" not in path.as_posix()
+                     and any(isinstance(node, ast.Constant) and isinstance(node.value, str) and tables.search(node.value)
+                             for node in ast.walk(ast.parse(path.read_text()))))
+    assert holding == []

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ..accounting.ledger import connect
-from ..accounting.report import SOURCE, STARTED, Grouping, grouping, report_from, selection
+from ..accounting.ledger.queries import (
+    cost_per_bucket,
+    days_covered,
+    grouping,
+    requests_of,
+    runs_page,
+    selection,
+    usage_missing,
+)
+from ..accounting.report import report_from
 
 __all__ = ["Query", "dashboard_data"]
 
@@ -42,16 +51,15 @@ class Query:
 
 def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
     """Everything the page draws, as JSON-able values."""
-    dimension = grouping(query.by)
-    where_sql, filters = selection(query.since, query.until, query.where)
+    chosen = selection(query.since, query.until, query.where)
     connection = connect(path, create=False)
     try:
         report = report_from(connection, by=query.by, since=query.since, until=query.until, where=query.where)
-        bucket = _bucket(connection, where_sql, filters)
-        days = _per_bucket(connection, dimension, where_sql, filters, bucket)
-        models = _per_bucket(connection, grouping("model"), where_sql, filters, bucket)
-        missing = connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
-        runs = _runs(connection, where_sql, filters, query.offset, query.limit)
+        bucket = "hour" if days_covered(connection, chosen) <= 1 else "day"
+        days = cost_per_bucket(connection, grouping(query.by), chosen, bucket)
+        models = cost_per_bucket(connection, grouping("model"), chosen, bucket)
+        missing = usage_missing(connection, chosen)
+        runs = _runs(connection, chosen, query.offset, query.limit)
     finally:
         connection.close()
     figures = report.to_dict()
@@ -63,25 +71,6 @@ def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
         "by_group": _series(days, all_days), "by_model": _series(models, all_days),
         "usage_missing_requests": missing or 0, **runs,
     }
-
-
-# The charts' buckets: a day; an hour when the requests shown are all of one day (a first
-# dashboard's), which one bar would not tell apart.
-_BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%dT%H:00', {STARTED}, 'unixepoch')"}
-
-
-def _bucket(connection: Any, where_sql: str, filters: list[Any]) -> str:
-    query = f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}"
-    days = connection.execute(query, filters).fetchone()[0]
-    return "hour" if days <= 1 else "day"
-
-
-def _per_bucket(connection: Any, group: Grouping, where_sql: str, filters: list[Any],
-                bucket: str) -> list[tuple[str, str | None, float]]:
-    rows = connection.execute(
-        f"SELECT {_BUCKETS[bucket]} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
-        f"{group.join} {where_sql} GROUP BY day, grp", [*group.parameters, *filters]).fetchall()
-    return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
 
 
 def _series(rows: Sequence[tuple[str, str | None, float]], days: Sequence[str]) -> dict[str, Any]:
@@ -113,24 +102,13 @@ def _compact(column: str, value: Any) -> Any:
     return round(value, _DIGITS[column]) if column in _DIGITS and isinstance(value, float) else value
 
 
-def _runs(connection: Any, where_sql: str, filters: list[Any], offset: int, limit: int | None) -> dict[str, Any]:
+def _runs(connection: Any, chosen: tuple[str, list[Any]], offset: int, limit: int | None) -> dict[str, Any]:
     """A page of runs, newest first, with the requests of each (those the filter covers)."""
-    count = connection.execute(f"SELECT COUNT(DISTINCT r.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
-    page = connection.execute(
-        f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
-        f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
-        f"SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests "
-        f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
-        f"LIMIT ? OFFSET ?", [*filters, -1 if limit is None else limit, offset]).fetchall()
+    count, page = runs_page(connection, chosen, offset, limit)
     rows = [[row[column] if column != "metadata" else json.loads(row["metadata"] or "{}") for column in RUN_COLUMNS]
             for row in page]
     requests: dict[str, list[list[Any]]] = {row[0]: [] for row in rows}
-    if rows:
-        wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "),
-                                            "q.run_id IN (SELECT value FROM json_each(?))"]))
-        for row in connection.execute(
-                f"SELECT q.run_id, {', '.join('q.' + c for c in REQUEST_COLUMNS)} FROM {SOURCE} WHERE {wanted} "
-                "ORDER BY q.started_at", [*filters, json.dumps(list(requests))]):
-            requests[row["run_id"]].append([_compact(column, row[column]) for column in REQUEST_COLUMNS])
+    for row in requests_of(connection, chosen, list(requests), REQUEST_COLUMNS):
+        requests[row["run_id"]].append([_compact(column, row[column]) for column in REQUEST_COLUMNS])
     return {"runs": {"count": count, "offset": offset, "limit": limit, "columns": list(RUN_COLUMNS), "rows": rows},
             "requests": {"columns": list(REQUEST_COLUMNS), "by_run": requests}}

@@ -15,7 +15,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from ..accounting.report import utc_time
+from ..accounting.times import utc_time
 
 __all__ = ["REFRESH_S", "render_page"]
 

@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 
 from ..accounting.ledger import connect
-from ..accounting.report import parse_time, render_table
+from ..accounting.ledger.queries import gateway_requests
+from ..accounting.report import render_table
+from ..accounting.times import parse_time
 from ..errors import GatewayError, SettingsError
 from .protocol import gateway_base
 
@@ -53,18 +55,9 @@ class Line:
 def _our_requests(ledger: Path, run_id: str | None, since: str | None) -> dict[str, list[dict[str, Any]]]:
     if not run_id and not since:
         raise SettingsError("--reconcile needs --run ID or --since DATE")
-    sql = ("SELECT q.run_id, q.request_id, q.response_id, q.cost, r.started_at AS run_started, r.ended_at AS run_ended "
-           "FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE r.mode = 'gateway' AND q.status_code < 400")
-    parameters: list[Any] = []
-    if run_id:
-        sql += " AND q.run_id = ?"
-        parameters.append(run_id)
-    if since:
-        sql += " AND q.started_at >= ?"
-        parameters.append(parse_time(since))
     connection = connect(ledger, create=False)
     try:
-        rows = [dict(r) for r in connection.execute(sql + " ORDER BY q.started_at", parameters)]
+        rows = gateway_requests(connection, run_id, parse_time(since) if since else None)
     finally:
         connection.close()
     runs: dict[str, list[dict[str, Any]]] = {}

@@ -225,7 +225,7 @@ def test_a_breakdown_gives_each_group_its_models(ledger_path: Path) -> None:
 
 
 def test_relative_times_and_a_time_zone() -> None:
-    from opencode_gateway.accounting.report import parse_time, zone
+    from opencode_gateway.accounting.times import parse_time, zone
 
     midnight = 1_790_035_200.0  # 2026-09-22 00:00 UTC
     now = midnight + 3600

@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
+from typing import Any
 
+from ...errors import SettingsError
+from ..times import parse_time
 from .schema import connect, ledger_error
 
-__all__ = ["finished_values"]
+__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Grouping", "cost_per_bucket", "days_covered",
+           "finished_values", "gateway_requests", "group_rows", "grouping", "requests_of", "runs_page", "selection",
+           "usage_missing"]
+
+# When a request started; a run that made none, when it started (reports count every run).
+STARTED = "COALESCE(q.started_at, r.started_at)"
+BUILT_IN_GROUPS: Mapping[str, str] = {
+    "model": "COALESCE(q.model, r.model)",
+    "tag": "tag.value",
+    "day": f"date({STARTED}, 'unixepoch')",
+    "week": f"strftime('%Y-W%W', {STARTED}, 'unixepoch')",  # weeks from Monday, UTC
+    "month": f"strftime('%Y-%m', {STARTED}, 'unixepoch')",
+    "run": "r.run_id",
+    "session": "COALESCE(r.session_id, q.session_id)",
+    "workdir": "r.workdir",
+    "project": "r.workdir",  # ccusage's word for it
+    "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
+    "purpose": "CASE WHEN q.request_id IS NOT NULL THEN COALESCE(q.purpose, 'main') END",  # main, title, ...
+}
+DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
+_METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SUMS = """COUNT(DISTINCT r.run_id) AS runs, COUNT(q.request_id) AS requests,
+    SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
+    SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
+    SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
+    SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests, SUM(q.cache_saved) AS cache_saved,
+    SUM(q.cache_saved IS NULL AND q.cache_read_tokens + q.cache_write_tokens > 0) AS cache_saved_unknown"""
 
 
 def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
@@ -27,3 +60,151 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     finally:
         connection.close()
     return {str(row[0]) for row in rows if row[0] is not None}
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """The SQL of a `--by` dimension over `requests q JOIN runs r`: the group's key, what joins
+    to the source (a run's tags, for by tag) and the key's parameters."""
+
+    key: str
+    join: str = ""
+    parameters: tuple[Any, ...] = ()
+
+
+def grouping(by: str, offset_s: float = 0.0) -> Grouping:
+    """`offset_s`: the report's time zone's offset from UTC, which days, weeks and months follow."""
+    if by in ("day", "week", "month") and offset_s:
+        return Grouping(BUILT_IN_GROUPS[by].replace(STARTED, f"({STARTED} + ?)"), parameters=(offset_s,))
+    if by in BUILT_IN_GROUPS:
+        return Grouping(BUILT_IN_GROUPS[by], ", json_each(r.tags) AS tag" if by == "tag" else "")
+    if _METADATA_KEY.match(by):
+        return Grouping("json_extract(r.metadata, ?)", parameters=(f'$."{by}"',))
+    raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
+                        f"{', '.join(BUILT_IN_GROUPS)}")
+
+
+def selection(since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (),
+              tz: tzinfo = UTC) -> tuple[str, list[Any]]:
+    """The WHERE clause (or "") of the requests a report covers, and its parameters."""
+    conditions: list[str] = []
+    filters: list[Any] = []
+    if since:
+        conditions.append(f"{STARTED} >= ?")
+        filters.append(parse_time(since, tz=tz))
+    if until:
+        conditions.append(f"{STARTED} < ?")
+        filters.append(parse_time(until, end_of_day=True, tz=tz))
+    for key, value in where:
+        if not _METADATA_KEY.match(key):
+            raise SettingsError(f"--where {key!r}: metadata keys are letters, digits, _ . -")
+        conditions.append("json_extract(r.metadata, ?) = ?")
+        filters += [f'$."{key}"', value]
+    return ("WHERE " + " AND ".join(conditions)) if conditions else "", filters
+
+
+# Every run, with its requests: a run that made none (refused by the gateway's check, interrupted
+# before its first call) is a run all the same, counted with its outcome.
+SOURCE = "runs r LEFT JOIN requests q ON q.run_id = r.run_id"
+
+
+_RUN_FACTS = (", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.started_at) AS started_at, "
+              "MAX(r.ended_at) AS ended_at, MAX(r.model) AS model, MAX(r.metadata) AS metadata, MAX(r.error) AS error")
+
+
+def group_rows(connection: Any, *, by: str, since: str | None, until: str | None,
+               where: Sequence[tuple[str, str]], breakdown: bool = False,
+               tz: tzinfo = UTC) -> tuple[list[Any], Any, list[Any]]:
+    """The rows of a report: one per group (with the run's facts, by run), the total, and with
+    `breakdown` one per group and model (`grp`, `part`). Days, weeks and months are `tz`'s (its
+    offset now)."""
+    offset = datetime.now(tz).utcoffset() or timedelta()
+    group = grouping(by, offset.total_seconds())
+    where_sql, filters = selection(since, until, where, tz)
+    _check_dimension(connection, by)
+    rows = connection.execute(
+        f"SELECT {group.key} AS grp, {_SUMS}{_RUN_FACTS if by == 'run' else ''} FROM {SOURCE}{group.join} {where_sql} "
+        "GROUP BY grp ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*group.parameters, *filters]).fetchall()
+    total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
+    parts = [] if not breakdown else connection.execute(
+        f"SELECT {group.key} AS grp, {BUILT_IN_GROUPS['model']} AS part, {_SUMS} FROM {SOURCE}{group.join} "
+        f"{where_sql} GROUP BY grp, part ORDER BY SUM(q.cost) DESC, part", [*group.parameters, *filters]).fetchall()
+    return rows, total, parts
+
+
+def _check_dimension(connection: Any, by: str) -> None:
+    """A word that is no dimension and no metadata key of any run is a typo (`--by modle`), not a
+    report with one "(none)" group."""
+    if by in BUILT_IN_GROUPS or by == DEFAULT_BY:
+        return
+    keys = sorted(row[0] for row in connection.execute(
+        "SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta"))
+    if by not in keys:
+        raise SettingsError(f"cannot group by {by!r}: it is neither a dimension ({', '.join(BUILT_IN_GROUPS)}) nor a "
+                            f"metadata key of a run in this ledger ({', '.join(keys) or 'none'})")
+
+
+# The dashboard's charts: cost per bucket (a day, or an hour: `hour` when every request shown is of
+# one day, which one bar would not tell apart), for the requests a selection covers.
+_BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%dT%H:00', {STARTED}, 'unixepoch')"}
+
+
+def days_covered(connection: Any, chosen: tuple[str, list[Any]]) -> int:
+    where_sql, filters = chosen
+    return int(connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}",
+                                  filters).fetchone()[0])
+
+
+def cost_per_bucket(connection: Any, group: Grouping, chosen: tuple[str, list[Any]],
+                    bucket: str) -> list[tuple[str, str | None, float]]:
+    """(bucket, group, cost) of the requests a selection covers."""
+    where_sql, filters = chosen
+    rows = connection.execute(
+        f"SELECT {_BUCKETS[bucket]} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
+        f"{group.join} {where_sql} GROUP BY day, grp", [*group.parameters, *filters]).fetchall()
+    return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
+
+
+def usage_missing(connection: Any, chosen: tuple[str, list[Any]]) -> int:
+    where_sql, filters = chosen
+    return int(connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0] or 0)
+
+
+def runs_page(connection: Any, chosen: tuple[str, list[Any]], offset: int, limit: int | None) -> tuple[int, list[Any]]:
+    """How many runs a selection covers, and a page of them, newest first, with their totals."""
+    where_sql, filters = chosen
+    count = connection.execute(f"SELECT COUNT(DISTINCT r.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    page = connection.execute(
+        f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
+        f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
+        f"SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests "
+        f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
+        f"LIMIT ? OFFSET ?", [*filters, -1 if limit is None else limit, offset]).fetchall()
+    return int(count), page
+
+
+def requests_of(connection: Any, chosen: tuple[str, list[Any]], run_ids: Sequence[str],
+                columns: Sequence[str]) -> list[Any]:
+    """The requests of `run_ids` a selection covers (`run_id` and `columns`), in order."""
+    if not run_ids:
+        return []
+    where_sql, filters = chosen
+    wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "),
+                                        "q.run_id IN (SELECT value FROM json_each(?))"]))
+    return list(connection.execute(
+        f"SELECT q.run_id, {', '.join('q.' + c for c in columns)} FROM {SOURCE} WHERE {wanted} "
+        "ORDER BY q.started_at", [*filters, json.dumps(list(run_ids))]))
+
+
+def gateway_requests(connection: Any, run_id: str | None, since: float | None) -> list[dict[str, Any]]:
+    """The successful gateway requests of a run, or since a time (reconcile compares them)."""
+    sql = ("SELECT q.run_id, q.request_id, q.response_id, q.cost, r.started_at AS run_started, r.ended_at AS run_ended "
+           "FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE r.mode = 'gateway' AND q.status_code < 400")
+    parameters: list[Any] = []
+    if run_id:
+        sql += " AND q.run_id = ?"
+        parameters.append(run_id)
+    if since is not None:
+        sql += " AND q.started_at >= ?"
+        parameters.append(since)
+    return [dict(row) for row in connection.execute(sql + " ORDER BY q.started_at", parameters)]
