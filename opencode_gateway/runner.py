@@ -45,7 +45,7 @@ from .result import OutputInvalid, RunResult
 from .settings import RunSettings
 
 if TYPE_CHECKING:
-    from .endpoint.app import Target, Targeting
+    from .endpoint.routing import RunRouter, Target
 
 __all__ = ["execute"]
 # How long a request waits for OpenCode's events it follows from (they are normally read within
@@ -100,7 +100,7 @@ def _silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
 def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
     """Where a run's requests go: the run's model, the small model of OpenCode's background calls
     if it is another, and each purpose's route (`routes`)."""
-    from .endpoint.app import Target
+    from .endpoint.routing import Target
     from .wiring import upstream_for
 
     models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
@@ -121,16 +121,19 @@ def _live_event(session_id: str | None, kind: str, piece: str) -> Event:
     return TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece)
 
 
-def _routed(targets: Mapping[str, Target], settings: RunSettings) -> Target | Targeting:
-    """The endpoint's target: the one model's, or the one each request is routed to (purpose.py)."""
-    if len(targets) == 1:
-        return targets[settings.model]
+def _router(token: str, targets: Mapping[str, Target], settings: RunSettings) -> RunRouter:
+    """Who may call the run's endpoint (its token), and where each request goes: the one model's
+    target, or with a small model or routes, the one each request is routed to (purpose.py)."""
+    from .endpoint.routing import RunRouter  # starlette's side: imported while OpenCode starts
 
-    def target(headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
+    if len(targets) == 1:
+        return RunRouter(token, targets[settings.model])
+
+    def choose(headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
         return targets[routed_model(requested, purpose, model=settings.model, small_model=settings.small_model,
                                     routes=settings.routes)]
 
-    return target
+    return RunRouter(token, targets[settings.model], choose)
 
 
 def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_path: Path | None,
@@ -309,7 +312,7 @@ class _Run:
 
             targets.update(_targets(settings, tagging, self.account))
             server.app = create_app(Endpoint(
-                token=token, target=_routed(targets, settings),
+                router=_router(token, targets, settings),
                 secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
                 on_retry=self.retrying, on_text=self.streamed if self.deltas else None, keep_answers=True,

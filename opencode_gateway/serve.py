@@ -32,8 +32,9 @@ from .accounting.records import Purpose, RequestRecord
 from .accounting.run import RunAccount, Totals
 from .credentials import token_digest
 from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
-from .endpoint.app import BadRequest, Endpoint, Target, create_app
+from .endpoint.app import Endpoint, create_app
 from .endpoint.http import bearer, error_response
+from .endpoint.routing import BadRequest, Target
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream
@@ -110,8 +111,12 @@ class SessionRouter:
             periods=settings.period_caps({**settings.metadata, **launch.metadata}), history=self.ledger)
         return token
 
-    def known(self, token: str) -> bool:
+    def authorized(self, token: str) -> bool:
+        """A launch's token (minted by /launches); never the admin token, which calls no model."""
         return token_digest(token) in self.launches
+
+    def models(self) -> list[str]:
+        return []  # each launch has its own
 
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
@@ -121,7 +126,7 @@ class SessionRouter:
             self.upstreams[model] = upstream_for(self.settings, model)
         return self.upstreams[model]
 
-    def target(self, headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
+    def route(self, headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
         """The request's session run and model: its purpose's route, the launch's model, or its
         small model when the request names that; whatever else it names is not forwarded anywhere."""
         launch = self.launches[token_digest(bearer(headers) or "")]  # the endpoint let only known tokens in
@@ -175,7 +180,7 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
     async def statistics(request: Request) -> Response:
         return JSONResponse(router.stats()) if access.is_admin(request) else not_admin()
 
-    endpoint = Endpoint(token=router.known, target=router.target, secrets=(*settings.secrets, admin_token),
+    endpoint = Endpoint(router=router, secrets=(*settings.secrets, admin_token),
                         pricer=router.pricer, estimate_usage=settings.estimate_usage,
                         first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes)
     routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"]),

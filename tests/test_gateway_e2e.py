@@ -21,6 +21,7 @@ from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from opencode_gateway import arun, run, stream
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.server import EndpointServer
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -145,7 +146,7 @@ async def test_spoofed_tags_and_metadata_never_reach_the_spend_log(proxy: LiteLL
     session = "run_spoof_test"
     upstream_ = ProxyUpstream(proxy.url, "team-a", key)
     tagging = Tagging(("ours",), {"ticket": "ENG-1"}, session_id=session)
-    endpoint = Endpoint(token="run-token", target=Target("litellm_proxy/team-a", upstream_, tagging, RunAccount()),
+    endpoint = Endpoint(router=RunRouter("run-token", Target("litellm_proxy/team-a", upstream_, tagging, RunAccount())),
                         secrets=(key,))
     upstream.script(Reply(text="a"), Reply(text="b"))
     async with EndpointServer(create_app(endpoint)) as server, httpx.AsyncClient(timeout=60) as client:

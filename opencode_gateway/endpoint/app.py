@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import hmac
 import json
 import logging
 import time
@@ -29,17 +28,18 @@ from starlette.routing import Route
 
 from ..accounting.pricing import Cost, Pricer
 from ..accounting.records import Purpose, RequestRecord
-from ..accounting.run import RunAccount
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.purpose import request_purpose
 from .bodies import PARSED_AT_ONCE, json_body
 from .http import bearer, error_body, error_message, error_response
-from .tagging import Tagging, clean_body, forwarded_headers
-from .upstream import StreamStalled, Upstream, UpstreamReply
+from .routing import BadRequest, Router, RunRouter, Target, Targeting
+from .tagging import clean_body, forwarded_headers
+from .upstream import StreamStalled, UpstreamReply
 
-__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Target", "Targeting", "create_app", "transient"]
+__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Router", "RunRouter", "Target", "Targeting", "create_app",
+           "transient"]
 
 log = logging.getLogger("opencode_gateway.endpoint")
 
@@ -58,32 +58,11 @@ class RetryPolicy:
         return max(0.0, min(wanted, self.max_delay))
 
 
-class BadRequest(Exception):
-    """A request the endpoint cannot route (answered 400 with this message)."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a request goes and whose it is: one for a whole run; one per OpenCode session when
-    a long-lived server serves many (serve.py)."""
-
-    model: str  # the model string, as the user gave it
-    upstream: Upstream
-    tagging: Tagging
-    account: RunAccount  # where records go; it admits each call (budgets)
-
-
-# Chooses the target of one request from its headers, its body's `model` and what it is for
-# (opencode/purpose.py); raises BadRequest.
-Targeting = Callable[[Mapping[str, str], Any, Purpose], Target]
-
-
 @dataclass(frozen=True)
 class Endpoint:
     """What the app needs: who may call it, where to forward, and where records go."""
 
-    token: str | Callable[[str], bool]  # the run's token, or (serve) whether a presented one is known
-    target: Target | Targeting
+    router: Router  # who may call, and where each request goes (a run's: RunRouter; serve's: its own)
     secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
     retry: RetryPolicy = RetryPolicy()
     pricer: Pricer = Pricer()
@@ -104,11 +83,7 @@ class Endpoint:
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         token = bearer(headers)
-        if token is None:
-            return False
-        if callable(self.token):
-            return self.token(token)
-        return hmac.compare_digest(token.encode(), self.token.encode())
+        return token is not None and self.router.authorized(token)
 
     def scrub(self, text: str) -> str:
         return redact(text, self.secrets)
@@ -148,8 +123,8 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
     async def models(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        fixed = [endpoint.target.model] if isinstance(endpoint.target, Target) else []
-        entries = [{"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"} for model in fixed]
+        entries = [{"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"}
+                   for model in endpoint.router.models()]
         return JSONResponse({"object": "list", "data": entries})
 
     # Bodies being read and parsed at once, per token: one token (an agent's) cannot fill memory.
@@ -166,8 +141,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
             return error_response(refused, 403, "preflight_failed")
         purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         try:
-            target = (endpoint.target if isinstance(endpoint.target, Target)
-                      else endpoint.target(request.headers, body.get("model"), purpose))
+            target = endpoint.router.route(request.headers, body.get("model"), purpose)
         except BadRequest as exc:
             return error_response(str(exc), 400, "invalid_request_error")
         body = _forwarded(body, target)

@@ -15,6 +15,7 @@ import respx
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
 from tests.builders import chunk, sse
@@ -42,7 +43,7 @@ async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClien
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     tagging = Tagging(("team-a",), {"ticket": "ENG-412"})
     account = RunAccount(on_record=records.append)
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, tagging, account),
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, tagging, account)),
                         secrets=(VIRTUAL_KEY, TOKEN))
     transport = httpx.ASGITransport(app=create_app(endpoint))
     async with httpx.AsyncClient(transport=transport, base_url="http://endpoint") as c:
@@ -186,7 +187,7 @@ async def test_a_budget_error_is_not_retried(gateway: respx.MockRouter, records:
         429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), account)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 429 and route.call_count == 1
@@ -200,7 +201,7 @@ async def test_a_429_is_retried_honouring_retry_after(gateway: respx.MockRouter,
     ])
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(), account))
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), account)))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         started = time.monotonic()
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
@@ -222,8 +223,8 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
         return None
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append)), checked=checked)
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
+                                                   RunAccount(on_record=records.append))), checked=checked)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         request = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat(), headers=AUTH))
         await asyncio.sleep(0.2)
@@ -239,8 +240,8 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
         return "the key may not use model group 'coder'"
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append)), checked=checked)
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
+                                                   RunAccount(on_record=records.append))), checked=checked)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 403 and "may not use model group" in response.json()["error"]["message"]
@@ -250,8 +251,8 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
 async def _once(records: list[RequestRecord]) -> httpx.Response:
     """One request through an endpoint on the mocked gateway."""
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(token=TOKEN, target=Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append)))
+    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
+                                                   RunAccount(on_record=records.append))))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     await upstream.aclose()

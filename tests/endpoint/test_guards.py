@@ -18,6 +18,7 @@ from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.bodies import MAX_JSON_VALUES, too_many_values
+from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.server import EndpointServer
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -37,7 +38,7 @@ def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRec
     for earlier in extra.pop("earlier", ()):
         account.add(earlier)
     target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk", caching="off"), Tagging(), account)
-    return Endpoint(token=TOKEN, target=target, **extra)
+    return Endpoint(router=RunRouter(TOKEN, target), **extra)
 
 
 async def post(app: Any, **kwargs: Any) -> httpx.Response:
@@ -114,8 +115,8 @@ async def test_64_concurrent_streams_are_each_recorded_exactly(upstream: Scripte
                 "model": "x", "stream": True, "messages": [{"role": "user", "content": str(i)}]})
             return response.status_code
         statuses = await asyncio.gather(*(one(i) for i in range(64)))
-        assert isinstance(under_load.target, Target)
-        await under_load.target.upstream.aclose()
+        assert isinstance(under_load.router, RunRouter)
+        await under_load.router.target.upstream.aclose()
     assert statuses == [200] * 64
     assert len(records) == 64 and all(r.ok for r in records)
     assert sorted((r.usage.input_tokens, r.usage.output_tokens) for r in records if r.usage) == [
@@ -134,7 +135,7 @@ async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price
     records: list[RequestRecord] = []
     target = Target("openai/gpt-4o-mini", SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-ours"), Tagging(),
                     RunAccount(on_record=records.append))
-    app = create_app(Endpoint(token=TOKEN, target=target, pricer=Pricer()))
+    app = create_app(Endpoint(router=RunRouter(TOKEN, target), pricer=Pricer()))
     attack = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}], "timeout": 0.001,
               "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": hostile_upstream.url, "api_key": "sk-ours"}],
               "input_cost_per_token": -0.001, "output_cost_per_token": -0.001, "api_base": hostile_upstream.url}
