@@ -26,6 +26,7 @@ from .settings import RunSettings, Settings
 
 __all__ = ["Plan", "prepare"]
 
+
 @dataclass(frozen=True)
 class Plan:
     """A run that passed every check that can be made before OpenCode starts."""

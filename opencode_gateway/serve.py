@@ -84,7 +84,6 @@ class _SessionRun:
         self.account.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
 
 
-
 class SessionRouter:
     """Knows the launches (by a digest of their tokens), sends each request to its launch's
     session's run (opened on the session's first request) and its model's upstream (one per

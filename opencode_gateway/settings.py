@@ -31,7 +31,6 @@ from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 __all__ = ["UNSET", "RunSettings", "Settings", "check_attribution", "check_routes", "default_data_dir", "json_kinds"]
 
 
-
 def default_data_dir() -> Path:
     """Where kept sessions (and later the ledger) live: $OPENCODE_GATEWAY_HOME or the XDG data dir."""
     explicit = os.environ.get("OPENCODE_GATEWAY_HOME")

@@ -287,7 +287,6 @@ class ScriptedUpstream:
         return StreamingResponse(_anthropic_stream(str(body.get("model", "claude")), reply),
                                  media_type="text/event-stream")
 
-
     async def _gemini(self, request: Request) -> Response:
         """Gemini's streamGenerateContent (`models/<model>:streamGenerateContent?alt=sse`), streamed
         as Gemini streams it: whole parts per chunk, usageMetadata on the last (reply.usage in its

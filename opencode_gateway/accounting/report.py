@@ -20,6 +20,7 @@ from .times import utc_time, zone
 
 __all__ = ["Group", "Report", "RunFacts", "build_report", "render_table", "report_from"]
 
+
 @dataclass(frozen=True)
 class RunFacts:
     """What `--by run` says of a run besides its totals (as the dashboard's runs table does)."""
