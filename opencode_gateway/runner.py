@@ -200,6 +200,32 @@ async def _changes(before: Snapshot | None, workdir: Path, max_bytes: int, deadl
     return files
 
 
+class _Hooks:
+    """What the run's endpoint tells the run, and waits for (endpoint/hooks.py)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    @property
+    def streams_text(self) -> bool:
+        return self.run.deltas
+
+    async def checked(self) -> str | None:
+        return None if self.run.preflight is None else await self.run.preflight.refusal()
+
+    def retrying(self, status_code: int, attempt: int, delay: float) -> None:
+        self.run.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
+
+    def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
+        """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
+        if self.run.on_event is not None:
+            self.run.on_event(_live_event(session_id, kind, piece))
+
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        self.run.offered.update(_tool_names(body))
+        await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
+
+
 class _Run:
     """One run while it goes: where its records and events arrive, and what ends it early. Its
     account keeps the records and the ledger row; this passes them on as events, and stops
@@ -238,18 +264,6 @@ class _Run:
                 return
         if self.process is not None:
             self.process.stop()
-
-    def retrying(self, status_code: int, attempt: int, delay: float) -> None:
-        self.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
-
-    def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
-        """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
-        if self.on_event is not None:
-            self.on_event(_live_event(session_id, kind, piece))
-
-    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        self.offered.update(_tool_names(body))
-        await self.order.wait(self.order.causes(session_id, body), _ORDER_WAIT_S)
 
     def printed(self, event: Event) -> None:
         """An event of OpenCode's own (its stdout)."""
@@ -315,9 +329,7 @@ class _Run:
                 router=_router(token, targets, settings),
                 secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,
                 first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes,
-                on_retry=self.retrying, on_text=self.streamed if self.deltas else None, keep_answers=True,
-                follows=self.follows,
-                checked=None if self.preflight is None else self.preflight.refusal,
+                keep_answers=True, hooks=_Hooks(self),
             ))
             async with server:
                 ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.purpose import request_purpose
 from .bodies import PARSED_AT_ONCE, json_body
+from .hooks import NO_HOOKS, Hooks
 from .http import bearer, error_body, error_message, error_response
 from .routing import BadRequest, Router, RunRouter, Target, Targeting
 from .tagging import clean_body, forwarded_headers
@@ -69,17 +70,8 @@ class Endpoint:
     estimate_usage: bool = False  # estimate tokens of streams that report no usage
     first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
     max_body_bytes: int = 32 * 1024 * 1024
-    on_retry: Callable[[int, int, float], None] | None = None  # (status, next attempt, delay) before a retry
-    # Each piece of streamed text or reasoning, and each tool the model calls, as it passes:
-    # (OpenCode session, "text" | "reasoning" | "tool", piece or tool name).
-    on_text: Callable[[str | None, str, str], None] | None = None
     keep_answers: bool = False  # each record carries the text of its answer (a run's answer is taken from them)
-    # Awaited before a request is forwarded, with its OpenCode session and body: the runner holds
-    # a request until OpenCode's events that it follows from are delivered (ordering.py).
-    follows: Callable[[str | None, Mapping[str, Any]], Awaitable[None]] | None = None
-    # Awaited before any request is forwarded: None lets it through, a text refuses it (403). A run
-    # checks its gateway while OpenCode starts, and OpenCode's first request waits for the answer.
-    checked: Callable[[], Awaitable[str | None]] | None = None
+    hooks: Hooks = NO_HOOKS  # what a run's endpoint tells the run, and asks of it
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         token = bearer(headers)
@@ -137,7 +129,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         body = await json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
         if isinstance(body, Response):
             return body
-        if endpoint.checked is not None and (refused := await endpoint.checked()) is not None:
+        if (refused := await endpoint.hooks.checked()) is not None:
             return error_response(refused, 403, "preflight_failed")
         purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         try:
@@ -147,8 +139,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         body = _forwarded(body, target)
         stream = bool(body.get("stream"))
         call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)
-        if endpoint.follows is not None:
-            await endpoint.follows(call.session_id, body)
+        await endpoint.hooks.follows(call.session_id, body)
         account = target.account
         reservation = account.reserve(body, [target.model, target.upstream.model], purpose)
         refusal = await account.admit(call.request_id, reservation)
@@ -229,8 +220,7 @@ class _Call:
             delay = endpoint.retry.delay(attempt, reply.retry_after)
             log.warning("upstream answered %s; retrying in %.1f s (attempt %d of %d)",
                         reply.status_code, delay, attempt + 1, endpoint.retry.attempts)
-            if endpoint.on_retry is not None:
-                endpoint.on_retry(reply.status_code, attempt + 1, delay)
+            endpoint.hooks.retrying(reply.status_code, attempt + 1, delay)
             await asyncio.sleep(delay)
         self.ttfb = time.monotonic() - self.started
         return reply
@@ -332,9 +322,10 @@ class _Call:
 def _stream_reader(endpoint: Endpoint, session_id: str | None) -> StreamUsageReader:
     """What a relayed stream is read for: its usage, and, as the endpoint asks, its text for an
     estimate, each piece passed on live, the answer kept."""
-    on_text = endpoint.on_text
+    hooks = endpoint.hooks
     return StreamUsageReader(collect_text=endpoint.estimate_usage, keep_answer=endpoint.keep_answers,
-                             on_text=None if on_text is None else lambda kind, piece: on_text(session_id, kind, piece))
+                             on_text=(lambda kind, piece: hooks.streamed(session_id, kind, piece))
+                             if hooks.streams_text else None)
 
 
 def _answer_of(body: Mapping[str, Any]) -> str:

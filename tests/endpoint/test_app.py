@@ -15,6 +15,7 @@ import respx
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
+from opencode_gateway.endpoint.hooks import NoHooks
 from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -218,13 +219,14 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
         200, content=sse_body(), headers={"content-type": "text/event-stream"})
     passed = asyncio.Event()
 
-    async def checked() -> str | None:
-        await passed.wait()
-        return None
+    class Checking(NoHooks):
+        async def checked(self) -> str | None:
+            await passed.wait()
+            return None
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append))), checked=checked)
+                                                   RunAccount(on_record=records.append))), hooks=Checking())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         request = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat(), headers=AUTH))
         await asyncio.sleep(0.2)
@@ -236,12 +238,13 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
 
 async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
         gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
-    async def checked() -> str | None:
-        return "the key may not use model group 'coder'"
+    class Refusing(NoHooks):
+        async def checked(self) -> str | None:
+            return "the key may not use model group 'coder'"
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append))), checked=checked)
+                                                   RunAccount(on_record=records.append))), hooks=Refusing())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 403 and "may not use model group" in response.json()["error"]["message"]

@@ -1,0 +1,54 @@
+"""What a run's endpoint tells the run as requests go, and what it asks of it before forwarding
+one: one protocol, as httpx's event hooks are, instead of four loose callbacks. `serve`'s endpoint
+has none of a run's (NO_HOOKS)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+__all__ = ["NO_HOOKS", "Hooks", "NoHooks"]
+
+
+class Hooks(Protocol):
+    @property
+    def streams_text(self) -> bool:
+        """Whether `streamed` wants every piece (reading each chunk of every stream costs)."""
+        ...
+
+    def retrying(self, status_code: int, attempt: int, delay: float) -> None:
+        """An upstream failure is about to be retried: `attempt` in `delay` seconds."""
+
+    def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
+        """A piece of streamed text or reasoning, or a tool the model calls, as it passes:
+        (OpenCode session, "text" | "reasoning" | "tool", piece or tool name)."""
+
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        """Awaited before a request is forwarded: the runner holds a request until OpenCode's
+        events it follows from are delivered (ordering.py)."""
+
+    async def checked(self) -> str | None:
+        """Awaited before any request is forwarded: None lets it through, a text refuses it (403).
+        A run checks its gateway (or provider) while OpenCode starts, and OpenCode's first request
+        waits for the answer."""
+
+
+class NoHooks:
+    """Nothing to tell, nothing to wait for."""
+
+    streams_text = False
+
+    def retrying(self, status_code: int, attempt: int, delay: float) -> None:
+        return None
+
+    def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
+        return None
+
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        return None
+
+    async def checked(self) -> str | None:
+        return None
+
+
+NO_HOOKS = NoHooks()
