@@ -354,11 +354,14 @@ async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, 
         return outcome
 
     progress.open()
+    running = [asyncio.ensure_future(one(task)) for task in todo]
     try:
-        # A task group: interrupted, every task is cancelled and awaited, nothing left unretrieved.
-        async with asyncio.TaskGroup() as group:
-            running = [group.create_task(one(task)) for task in todo]
-        return [task.result() for task in running]
+        return list(await asyncio.gather(*running))
+    except BaseException:  # interrupted: every task cancelled and awaited, no exception left unretrieved
+        for future in running:
+            future.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
     finally:
         progress.close()
 

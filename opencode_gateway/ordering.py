@@ -95,6 +95,6 @@ class CausalOrder:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 return False
         return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import SettingsError
@@ -144,7 +144,7 @@ class PeriodBudget:
 
     def start(self, now: float) -> float:
         """When the period holding `now` began (Unix seconds, UTC)."""
-        moment = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        moment = datetime.fromtimestamp(now, timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
         if self.per == "week":
             moment -= timedelta(days=moment.weekday())
         elif self.per == "month":
@@ -157,7 +157,7 @@ class PeriodBudget:
         over = self.limits.refusal(spent)
         if over is None:
             return None
-        day = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d")
+        day = datetime.fromtimestamp(since, timezone.utc).strftime("%Y-%m-%d")
         figures = str(over).removeprefix("run budget exceeded: ").replace("the run", f"{self.key}={value}")
         return Refusal(over.limit, f"{self.per} budget of {self.key}={value} exceeded since {day} (UTC): {figures} "
                                    f"(budgets.{self.key} in the settings)")

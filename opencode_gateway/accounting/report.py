@@ -10,7 +10,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, tzinfo
+from datetime import timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,7 @@ def build_report(path: Path, *, by: str = "ticket", since: str | None = None, un
 
 
 def report_from(connection: Any, *, by: str, since: str | None, until: str | None,
-                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = UTC) -> Report:
+                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = timezone.utc) -> Report:
     """build_report, on a connection open to the ledger."""
     rows, total, part_rows = group_rows(connection, by=by, since=since, until=until, where=where,
                                         breakdown=breakdown, tz=tz)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import SettingsError
@@ -15,13 +15,13 @@ __all__ = ["parse_time", "utc_time", "zone"]
 
 def utc_time(seconds: float | None, missing: str = "—") -> str:
     """A Unix time as `2026-12-05 14:03:09` (UTC), as every table here writes it."""
-    return missing if seconds is None else datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return missing if seconds is None else datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def zone(name: str | None) -> tzinfo:
     """`--tz`: an IANA zone (Europe/Berlin), a UTC offset (+02:00, -0530) or UTC (None)."""
     if not name or name.upper() == "UTC":
-        return UTC
+        return timezone.utc
     offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", name)
     if offset:
         minutes = int(offset.group(2)) * 60 + int(offset.group(3))
@@ -37,7 +37,7 @@ _RELATIVE = re.compile(r"(\d+)([hdw])")
 _UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = UTC, now: float | None = None) -> float:
+def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = timezone.utc, now: float | None = None) -> float:
     """Unix seconds of a date (YYYY-MM-DD, in `tz`), an ISO 8601 time, `today`, `yesterday`, or a
     time ago (`24h`, `7d`, `2w`). A date (and today, yesterday) given `end_of_day` is its end."""
     now = time.time() if now is None else now

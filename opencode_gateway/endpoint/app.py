@@ -208,7 +208,7 @@ class _Call:
             try:
                 reply = await asyncio.wait_for(self.target.upstream.send(self.body, headers, self.target.tagging),
                                                endpoint.first_byte_timeout)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
                 reply = UpstreamReply.error(message, 504)
                 break

@@ -10,6 +10,7 @@ keeps httpx's requests, responses, timeouts and errors (and respx's mocks in the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,7 +35,7 @@ class _Body(httpx.AsyncByteStream):
         try:
             async for data in self._response.content.iter_any():
                 yield data
-        except TimeoutError:
+        except asyncio.TimeoutError:
             raise httpx.ReadTimeout("no data within the read timeout", request=self._request) from None
         except aiohttp.ClientError as exc:
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=self._request) from exc
@@ -75,7 +76,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                                                    allow_redirects=False)
         except aiohttp.ConnectionTimeoutError:
             raise httpx.ConnectTimeout("no connection within the connect timeout", request=request) from None
-        except TimeoutError:  # aiohttp's read timeout is one too
+        except asyncio.TimeoutError:  # aiohttp's read timeout is one too
             raise httpx.ReadTimeout("no answer within the read timeout", request=request) from None
         except aiohttp.ClientConnectorError as exc:
             raise httpx.ConnectError(str(exc), request=request) from exc

@@ -293,7 +293,7 @@ async def _sse(stream: Any, idle: float) -> AsyncIterator[bytes]:
                 chunk = await asyncio.wait_for(iterator.__anext__(), idle)
             except StopAsyncIteration:
                 break
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 raise StreamStalled(f"the upstream stream stalled for more than {idle:g} s") from None
             yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
     except StreamStalled:

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,8 @@ def _our_requests(ledger: Path, run_id: str | None, since: str | None) -> dict[s
 def _gateway_rows(client: httpx.Client, base: str, run_id: str, started: float,
                   ended: float | None) -> list[dict[str, Any]]:
     fmt = "%Y-%m-%d %H:%M:%S"
-    start = datetime.fromtimestamp(started, UTC) - timedelta(days=1)
-    end = datetime.fromtimestamp(ended or time.time(), UTC) + timedelta(days=1)
+    start = datetime.fromtimestamp(started, timezone.utc) - timedelta(days=1)
+    end = datetime.fromtimestamp(ended or time.time(), timezone.utc) + timedelta(days=1)
     rows: list[dict[str, Any]] = []
     page = 1
     while True:

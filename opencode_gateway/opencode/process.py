@@ -166,7 +166,7 @@ class OpenCodeProcess:
                 os.killpg(process.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(process.wait()), _KILL_GRACE_S)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()

@@ -7,7 +7,7 @@ import re
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ def grouping(by: str, offset_s: float = 0.0) -> Grouping:
 
 
 def selection(since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (),
-              tz: tzinfo = UTC) -> tuple[str, list[Any]]:
+              tz: tzinfo = timezone.utc) -> tuple[str, list[Any]]:
     """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
     filters: list[Any] = []
@@ -114,7 +114,7 @@ _RUN_FACTS = (", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.starte
 
 def group_rows(connection: Any, *, by: str, since: str | None, until: str | None,
                where: Sequence[tuple[str, str]], breakdown: bool = False,
-               tz: tzinfo = UTC) -> tuple[list[Any], Any, list[Any]]:
+               tz: tzinfo = timezone.utc) -> tuple[list[Any], Any, list[Any]]:
     """The rows of a report: one per group (with the run's facts, by run), the total, and with
     `breakdown` one per group and model (`grp`, `part`). Days, weeks and months are `tz`'s (its
     offset now)."""
