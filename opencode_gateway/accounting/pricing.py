@@ -8,9 +8,10 @@ silent 0: without a price it is `None` and its source is `unpriced`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,34 +158,48 @@ class Pricer:
         if reported is not None:  # a gateway's run does not import litellm to say what caching saved
             saved = self.cache_saved(usage, (*names, *backends), load="litellm" in sys.modules)
             return Cost(reported, "reported", cache_saved=saved)
-        saved = self.cache_saved(usage, names)
-        for model in names:
-            if model in self.prices:
-                return Cost(self.prices[model].cost(usage), "config", model, saved)
-        for model in names:
-            usd = litellm_price(model, usage)
-            if usd is not None:
-                return Cost(usd, "litellm", model, saved)
-        return Cost(None, "unpriced", cache_saved=saved)
+        found = self._first_price(usage, names, load=True)
+        if found is None:
+            return Cost(None, "unpriced", cache_saved=None if _cached(usage) else 0.0)
+        source, model, usd, price_of = found
+        return Cost(usd, source, model, _saved(usage, usd, price_of))
 
     def cache_saved(self, usage: Usage, models: Sequence[str], *, load: bool = True) -> float | None:
         """What caching saved on `usage`: its price with every cached or cache-written token priced
         as plain input, minus its price as it was, both by the first price known for `models`
         (the settings', then LiteLLM's; with `load` False, only what the bundled map says without
         importing litellm). None when no price is known."""
-        if not (usage.cache_read_tokens or usage.cache_write_tokens):
+        if not _cached(usage):
             return 0.0
-        uncached = Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                         reasoning_tokens=usage.reasoning_tokens)
-        for model in models:
-            if model in self.prices:
-                return self.prices[model].cost(uncached) - self.prices[model].cost(usage)
-        price_of = litellm_price if load else map_price
         if not load:  # the token counts alone, which the bundled map prices whatever else the usage says
             usage = dataclasses.replace(usage, raw={})
+        found = self._first_price(usage, models, load=load)
+        return None if found is None else _saved(usage, found[2], found[3])
+
+    def _first_price(self, usage: Usage, models: Sequence[str], *,
+                     load: bool) -> tuple[str, str, float, Callable[[Usage], float | None]] | None:
+        """(source, model, USD, how that model prices a usage) by the first price known for
+        `models`: the settings', then LiteLLM's (only its bundled map without `load`)."""
         for model in models:
-            actual = price_of(model, usage)
-            if actual is not None:
-                without = price_of(model, uncached)
-                return None if without is None else without - actual
+            if model in self.prices:
+                price = self.prices[model]
+                return "config", model, price.cost(usage), price.cost
+        price_of = litellm_price if load else map_price
+        for model in models:
+            usd = price_of(model, usage)
+            if usd is not None:
+                return "litellm", model, usd, functools.partial(price_of, model)
         return None
+
+
+def _cached(usage: Usage) -> bool:
+    return bool(usage.cache_read_tokens or usage.cache_write_tokens)
+
+
+def _saved(usage: Usage, actual: float, price_of: Callable[[Usage], float | None]) -> float | None:
+    """The same tokens priced as if none had been cached, less `actual`; 0 without cache tokens."""
+    if not _cached(usage):
+        return 0.0
+    without = price_of(Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                             reasoning_tokens=usage.reasoning_tokens))
+    return None if without is None else without - actual
