@@ -120,12 +120,12 @@ class RunView:
 
     def _tool_ended(self, event: ToolResult) -> None:
         self._flush()
-        title = _one_line(event.title) if event.title else ""
+        call = f"{event.tool} {_one_line(event.title)}".rstrip()  # the tool, and its title if it has one
         if event.is_error:
             problem = _one_line(event.output.strip().splitlines()[0]) if event.output.strip() else "failed"
-            self._print(RichText(f"✗ {event.tool} {title} — {problem}".replace("  ", " "), style="red"))
+            self._print(RichText(f"✗ {call} — {problem}", style="red"))
         else:
-            self._print(RichText(f"✓ {event.tool} {title}".rstrip(), style="green"))
+            self._print(RichText(f"✓ {call}", style="green"))
         self.activity = "waiting for the model"
 
     def _flush(self) -> None:
