@@ -3,7 +3,9 @@
 Each task is one Ray task running the same run as the local executor (`batch.run_task`), on
 whichever node Ray picks, sandboxed as a local run is. The driver holds the one ledger: a run on a
 worker writes its rows to a Ray queue instead of a file (each request's row as the request ends,
-not at the end of the task), and the driver commits them. A worker that dies is retried by Ray
+not at the end of the task), and the driver commits them. A run with period caps (`budgets:` with
+`per`) asks the driver what its metadata value spent so far, on the same queue, and gets the answer
+on a queue of its own: the caps hold across the cluster as they do on one machine. A worker that dies is retried by Ray
 (`max_retries`); the run it left open is closed as `abandoned`, with what it recorded (it was real
 spend), and the retry is a new run of the same task. A task whose every attempt died is a failed
 result. What a task needs is in the Ray task's arguments: the task, the batch, the settings (keys
@@ -15,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ._litellm import owning_loop
+from .accounting.budget import Spent
 from .accounting.ledger import Ledger, this_process
 from .accounting.records import RequestRecord, RunUsage
 from .batch import Batch, Outcome, Task, run_task
@@ -31,6 +35,7 @@ from .settings import Settings
 __all__ = ["INSTALL", "RayExecutor", "load_ray"]
 
 INSTALL = "pip install 'opencode-gateway[ray]'"
+_ANSWER_TIMEOUT = 120.0  # seconds a worker waits for the driver to say what was spent
 
 
 def load_ray() -> Any:
@@ -44,12 +49,16 @@ def load_ray() -> Any:
 
 class _QueuedLedger:
     """A run's ledger on a worker: each write goes to the driver through a Ray queue. A put
-    returns once the queue holds it, so when the task returns, all its rows are with the driver."""
+    returns once the queue holds it, so when the task returns, all its rows are with the driver.
+    A read (`spent_since`) is a question on that queue, answered on `answers`, one at a time: the
+    driver answers after committing every row sent before it."""
 
-    def __init__(self, queue: Any, task_id: str) -> None:
+    def __init__(self, queue: Any, task_id: str, answers: Any = None) -> None:
         self.queue = queue
         self.task_id = task_id
+        self.answers = answers
         self.failure = None
+        self._asking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-read")
 
     def start_run(self, **run: Any) -> None:
         self.queue.put(("start", self.task_id, {**run, "owner": this_process()}))
@@ -62,11 +71,20 @@ class _QueuedLedger:
         self.queue.put(("update", run_id, dict(ended_at=ended_at, session_id=session_id, stop_reason=stop_reason,
                                                error=error, usage=usage, cost=cost, unpriced=unpriced)))
 
+    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
+        return self._asking.submit(self._ask, key, value, since)
+
+    def _ask(self, key: str, value: str, since: float) -> Spent:
+        self.queue.put(("spent", self.task_id, (key, value, since)))
+        answer: Spent = self.answers.get(timeout=_ANSWER_TIMEOUT)
+        return answer
+
     def flush(self) -> None:
         """Nothing to wait for: every put is already with the driver."""
 
 
-def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any], queue: Any) -> Outcome:
+def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any], queue: Any,
+               answers: Any) -> Outcome:
     """A batch task in a Ray worker process: the run, its rows and its progress sent to the driver."""
     refuse_inspection()  # the worker holds the keys too
 
@@ -74,7 +92,7 @@ def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[st
         if isinstance(event, RequestFinished):  # what the driver's progress line shows
             queue.put(("event", task.id, event))
 
-    ledger = _QueuedLedger(queue, task.id)
+    ledger = _QueuedLedger(queue, task.id, answers)
     return asyncio.run(owning_loop(run_task(task, batch, settings, options, on_event, ledger=ledger)))
 
 
@@ -102,7 +120,9 @@ class RayExecutor:
         self._remote = ray.remote(_on_worker).options(num_cpus=num_cpus, max_retries=max_retries,
                                                       retry_exceptions=False)
         self.ledger = Ledger(ledger_path)
+        self._queues = Queue
         self._listeners: dict[str, Callable[[Event], None]] = {}
+        self._answers: dict[str, Any] = {}  # task id -> its queue of answers to reads, if it has caps
         self._open: dict[str, str] = {}  # task id -> the run of its current attempt, until it closes
         self._draining: asyncio.Task[None] | None = None
 
@@ -111,7 +131,10 @@ class RayExecutor:
         if self._draining is None:
             self._draining = asyncio.ensure_future(self._drain_every(0.25))
         self._listeners[task.id] = on_event
-        ref = self._remote.remote(task, batch, _shipped(settings, options), dict(options), self._queue)
+        if settings.period_caps({**settings.metadata, **options.get("metadata", {})}):  # it will ask what was spent
+            self._answers[task.id] = self._queues()
+        ref = self._remote.remote(task, batch, _shipped(settings, options), dict(options), self._queue,
+                                  self._answers.get(task.id))
         try:
             outcome: Outcome = await ref
         except asyncio.CancelledError:  # Ctrl-C: the task is cancelled on the cluster too
@@ -125,6 +148,9 @@ class RayExecutor:
         if abandoned is not None:  # its worker died mid-run and no attempt closed it
             self.ledger.abandon(abandoned)
         self._listeners.pop(task.id, None)
+        answers = self._answers.pop(task.id, None)
+        if answers is not None:
+            answers.shutdown()
         return outcome
 
     async def _drain_every(self, seconds: float) -> None:
@@ -153,6 +179,8 @@ class RayExecutor:
             self.ledger.update_run(run_id=key, **payload)
             if payload["stop_reason"] is not None:
                 self._open = {task: run for task, run in self._open.items() if run != key}
+        elif kind == "spent":  # asked after the rows sent before it: the writer answers after them
+            self._answers[key].put(self.ledger.spent_since(*payload).result())
         elif kind == "event" and key in self._listeners:
             self._listeners[key](payload)
 

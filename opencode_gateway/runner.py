@@ -76,10 +76,10 @@ async def execute(plan: Plan, on_event: Callable[[Event], None] | None = None, *
 
 def _account(settings: RunSettings, ledger: RunLedger, on_record: Callable[[RequestRecord], None]) -> RunAccount:
     """The run's account: its budget, prices and ledger, and the period caps of its metadata
-    (read from the ledger: a local run's own, not a Ray worker's)."""
+    (their spend read from the same ledger, through the driver on a Ray worker)."""
     return RunAccount(settings.budget, pricer=Pricer(settings.pricing), on_record=on_record, ledger=ledger,
                       periods=settings.period_caps(settings.metadata),
-                      history=ledger if isinstance(ledger, Ledger) else None)
+                      history=ledger)
 
 
 def _tool_names(body: Mapping[str, Any]) -> set[str]:

@@ -136,6 +136,31 @@ def test_a_worker_killed_mid_task_is_retried_and_its_spend_stays_as_an_abandoned
         assert runs == [("abandoned", 1, 1000)] and total == 1000
 
 
+def test_a_period_cap_holds_on_ray_the_drivers_ledger_answers_what_a_ticket_spent(
+    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A day's cap per ticket, two tasks of one ticket one after the other: the first spends the
+    cap on its worker, so the second (on another worker) is refused before its call leaves the
+    endpoint; a task of another ticket is not. The workers' runs ask the driver's ledger."""
+    monkeypatch.setattr(upstream, "fallback", lambda body: Reply(text="done", usage=usage(1000, 50)))  # $0.00018
+    config = tmp_path / "config.yaml"
+    config.write_text("budgets:\n  ticket: {per: day, max_cost: 0.0001}\n")
+    argv = _batch(tmp_path, upstream, opencode_bin, [], "--concurrency", "1", "--config", str(config))
+    (tmp_path / "tasks.jsonl").write_text("".join(  # one ticket for two tasks
+        json.dumps({"id": i, "prompt": f"Do task {i}", "metadata": {"ticket": ticket}}) + "\n"
+        for i, ticket in [("t1", "ENG-7"), ("t2", "ENG-7"), ("t3", "ENG-8")]))
+    driver = subprocess.run(argv, capture_output=True, text=True, env=_env(tmp_path), timeout=600)
+    assert driver.returncode == 1, driver.stderr
+    results = {r["task_id"]: r for r in map(json.loads, (tmp_path / "tasks.results.jsonl").read_text().splitlines())}
+    assert sorted((t, r["stop_reason"]) for t, r in results.items()) == [
+        ("t1", "done"), ("t2", "budget_exceeded"), ("t3", "done")]
+    assert "day budget of ticket=ENG-7 exceeded since" in results["t2"]["error"]["message"]
+    assert not [r for r in upstream.requests if "task t2" in json.dumps(r["body"])]  # refused at the endpoint
+    rows = sqlite3.connect(tmp_path / "ledger.db").execute(
+        "SELECT json_extract(metadata, '$.task_id'), stop_reason FROM runs").fetchall()
+    assert sorted(rows) == [("t1", "done"), ("t2", "budget_exceeded"), ("t3", "done")]
+
+
 def test_without_ray_the_executor_is_exit_2_naming_the_extra(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t1", "prompt": "hi"}) + "\n")

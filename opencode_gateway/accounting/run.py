@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .budget import Budget, PeriodBudget, Refusal, Spent
-from .ledger import Ledger, RunLedger
+from .ledger import RunLedger
 from .pricing import Pricer
 from .records import Purpose, RequestRecord, RunOutcome, RunUsage
 from .usage import Usage
@@ -135,7 +135,7 @@ class RunAccount:
 
     def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
                  on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None,
-                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: Ledger | None = None,
+                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: RunLedger | None = None,
                  limits: RunAccount | None = None) -> None:
         # `limits`: the account whose budget admits this one's calls, counting them with others'
         # (a serve launch's, shared by all its sessions); this account then keeps only its row.

@@ -38,7 +38,8 @@ _INSERT_REQUEST = (f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) "
 
 
 class RunLedger(Protocol):
-    """What a run's account writes to: the Ledger, or a channel to one in another process."""
+    """What a run's account writes to, and reads its period caps' spend from: the Ledger, or a
+    channel to one in another process (a Ray worker's, ray_executor.py)."""
 
     def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
                   metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None) -> None: ...
@@ -47,6 +48,8 @@ class RunLedger(Protocol):
 
     def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
                    error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None: ...
+
+    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]: ...
 
     def flush(self) -> None: ...
 
