@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import GatewayError, PreflightError
-from .litellm_gateway.protocol import GATEWAY_PREFIX
 from .settings import Settings
 
 __all__ = ["Check", "diagnose"]
@@ -91,7 +90,7 @@ def _gateway(settings: Settings) -> list[Check]:
     base = settings.gateway_api_base
     if not base:
         return [Check("gateway", False, "no gateway URL: set LITELLM_PROXY_API_BASE or pass --api-base")]
-    group = (settings.model or "")[len(GATEWAY_PREFIX):]
+    group = settings.route.upstream_model
     passed = [Check("reachable", True, base), Check("key", True, "accepted"),
               Check("group", True, f"the key may use {group!r}")]
     try:
@@ -109,6 +108,6 @@ def diagnose(settings: Settings) -> list[Check]:
     """Every check, in the order a run meets them; with a gateway model, the gateway's too."""
     checks: list[Callable[[Settings], Check]] = [_opencode, _ripgrep, _sandbox, _ledger]
     found = [check(settings) for check in checks]
-    if (settings.model or "").startswith(GATEWAY_PREFIX):
+    if settings.mode == "gateway":
         found += _gateway(settings)
     return found

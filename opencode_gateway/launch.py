@@ -189,8 +189,9 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
     workspace = _workspace(settings, launch.launch_id)
     workspace.prepare()
     token_file = workspace.write_token(mint_launch(server, launch))
-    config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file)
-    return workspace.environment(settings, config, workdir)
+    config = workspace.config(settings.agent_config, settings.pricing, base_url=server.url + "/v1",
+                              token_file=token_file)
+    return workspace.environment(settings.environ, settings.passed_env(), config, workdir)
 
 
 def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str],
@@ -211,7 +212,8 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
     workdir = Path(env["PWD"])
     git = GitControl.take(workdir)
     argv, confined_env, seccomp = Workspace(private, private / "data").confine(
-        [binary, *arguments], env, settings, workdir=workdir, port=urlsplit(server.url).port or 80,
+        [binary, *arguments], env, settings.sandbox_config, settings.gateway_files, workdir=workdir,
+        port=urlsplit(server.url).port or 80,
         socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
         new_session=False, git=git)
     process = subprocess.Popen(argv, env=confined_env, pass_fds=(seccomp,))

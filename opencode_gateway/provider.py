@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from . import _litellm
 from .accounting.budget import Refusal
 from .errors import BudgetExceeded, PreflightError
-from .litellm_gateway.protocol import GATEWAY_PREFIX, gateway_base, mode_of
+from .litellm_gateway.protocol import ModelRoute, gateway_base
 from .opencode.process import OpenCodeProcess
 from .settings import RunSettings
 
@@ -100,11 +100,12 @@ class Preflight:
 
 
 async def _checks(settings: RunSettings) -> None:
-    if settings.mode == "gateway":
+    group = settings.route.group
+    if group is not None:
         from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
 
-        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key,
-                            settings.model.removeprefix(GATEWAY_PREFIX))
-    models = [m for m in (settings.model, settings.small_model, *settings.routes.values()) if m and mode_of(m) == "sdk"]
+        await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key, group)
+    models = [m for m in (settings.model, settings.small_model, *settings.routes.values())
+              if m and ModelRoute.of(m).mode == "sdk"]
     if models:
         await asyncio.to_thread(check_providers, models, api_key=settings.api_key, api_base=settings.api_base)

@@ -29,7 +29,7 @@ from .batch import Batch, Outcome, Task, run_task
 from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .events import Event, RequestFinished
-from .litellm_gateway.protocol import mode_of
+from .litellm_gateway.protocol import ModelRoute
 from .settings import Settings
 
 __all__ = ["INSTALL", "RayExecutor", "load_ray"]
@@ -99,7 +99,7 @@ def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[st
 def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:
     """The settings a worker gets: a gateway's URL and key resolved here, where they were given
     (perhaps in this environment), not read again from the worker's environment."""
-    if mode_of(options.get("model") or settings.model or "") != "gateway":
+    if ModelRoute.of(options.get("model") or settings.model or "").mode != "gateway":
         return settings
     return settings.replace(api_base=settings.gateway_api_base, api_key=settings.gateway_api_key)
 

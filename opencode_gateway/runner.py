@@ -147,14 +147,15 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
     readable = workspace.add_skills(plan.skills)
     instructions = workspace.add_instructions(
         [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part])
-    config = workspace.config(settings, base_url=server.url + "/v1", token_file=token_file,
-                              instructions=instructions, readable_dirs=readable)
-    env = workspace.environment(settings, config, plan.workdir)
+    config = workspace.config(settings.agent_config, settings.pricing, base_url=server.url + "/v1",
+                              token_file=token_file, instructions=instructions, readable_dirs=readable)
+    env = workspace.environment(settings.environ, settings.passed_env(), config, plan.workdir)
     argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
     inherited: tuple[int, ...] = ()
     if plan.sandbox == "bwrap":
-        argv, env, seccomp = workspace.confine(argv, env, settings, workdir=plan.workdir, port=server.port,
-                                               socket_path=socket_path, git=git)
+        argv, env, seccomp = workspace.confine(argv, env, settings.sandbox_config, settings.gateway_files,
+                                               workdir=plan.workdir, port=server.port, socket_path=socket_path,
+                                               git=git)
         inherited = (seccomp,)
     return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 

@@ -40,7 +40,7 @@ from .endpoint.tagging import Tagging
 from .endpoint.upstream import Upstream
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
-from .litellm_gateway.protocol import GATEWAY_PREFIX, mode_of
+from .litellm_gateway.protocol import ModelRoute
 from .settings import Settings, check_routes
 from .wiring import upstream_for
 
@@ -66,7 +66,7 @@ class _SessionRun:
                                session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
-        self.account.open(model=launch.model, mode=mode_of(launch.model),
+        self.account.open(model=launch.model, mode=ModelRoute.of(launch.model).mode,
                           workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
                           session_id=session_id)
 
@@ -119,7 +119,7 @@ class SessionRouter:
 
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
-            if model.startswith(GATEWAY_PREFIX) and not self.settings.gateway_api_base:
+            if ModelRoute.of(model).mode == "gateway" and not self.settings.gateway_api_base:
                 raise BadRequest(f"model {model} routes through a LiteLLM gateway, but this server has no gateway "
                                  "URL: restart it with --api-base URL (or LITELLM_PROXY_API_BASE)")
             self.upstreams[model] = upstream_for(self.settings, model)

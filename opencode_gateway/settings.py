@@ -11,7 +11,6 @@ import dataclasses
 import math
 import os
 import re
-import shutil
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,9 +23,9 @@ from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .errors import SettingsError
-from .litellm_gateway.protocol import GATEWAY_PREFIX, Mode, mode_of
-from .opencode.config import check_permissions
-from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
+from .litellm_gateway.protocol import Mode, ModelRoute
+from .opencode.agent import AgentConfig
+from .opencode.sandbox import SandboxConfig
 
 __all__ = ["UNSET", "RunSettings", "Settings", "check_attribution", "check_routes", "default_data_dir", "json_kinds"]
 
@@ -129,7 +128,7 @@ class Settings:
 
     def budget_for(self, model: str) -> Budget:
         """The limits of a run on `model`."""
-        default = self.budgets.get(model) or self.budgets.get(model.removeprefix(GATEWAY_PREFIX))
+        default = ModelRoute.of(model).setting(self.budgets)
         return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(
             default if isinstance(default, Budget) else None)
 
@@ -144,28 +143,19 @@ class Settings:
         return self.ledger or self.data_dir / "ledger.db"
 
     @property
+    def route(self) -> ModelRoute:
+        """The run's model, parsed: its mode, its gateway group, the names it is priced by."""
+        return ModelRoute.of(self.model or "")
+
+    @property
     def mode(self) -> Mode:
-        """`gateway` for a LiteLLM proxy model group (`litellm_proxy/<group>`), else `sdk`."""
-        return mode_of(self.model or "")
+        return self.route.mode
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed (None too: it clears an optional setting); a field
         given as UNSET keeps its value."""
-        given = {name: value for name, value in changes.items() if value is not UNSET}
-        if "pricing" in given:  # per model: a value, or a setting mapping to check and turn into one
-            given["pricing"] = _frozen({model: value if isinstance(value, Price) else
-                                        Price.from_setting(f"pricing.{model}", value)
-                                        for model, value in dict(given["pricing"]).items()})
-        if "budgets" in given:
-            given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-        for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes"):
-            if name in given:
-                given[name] = _frozen(given[name])
-        for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
-                     "sandbox_allow_read"):
-            if name in given:
-                given[name] = tuple(given[name])
-        return dataclasses.replace(self, **given)
+        return dataclasses.replace(self, **_typed({name: value for name, value in changes.items()
+                                                    if value is not UNSET}))
 
     def validated(self) -> RunSettings:
         """Check what can be checked before a run starts and read the environment once: the
@@ -183,24 +173,26 @@ class Settings:
         return os.environ if self.environ is None else self.environ
 
     def passed_env(self) -> dict[str, str]:
-        """The variables named by `env`, checked: each must be set, not one opencode-gateway
-        manages, and not hold a key the gateway uses (which would hand it to the agent)."""
-        passed = {}
-        environ = self._environ
-        keys = gateway_keys(environ, (self.api_key, self.gateway_api_key))
-        for name in self.env:
-            if not _ENV_NAME.fullmatch(name):
-                raise SettingsError(f"--env {name!r} is not a variable name: give NAME (letters, digits, _)")
-            if name in _MANAGED_ENV or name.startswith(("XDG_", "OPENCODE_")):
-                raise SettingsError(f"--env {name}: opencode-gateway sets {name} itself for OpenCode")
-            if name not in environ:
-                raise SettingsError(f"--env {name}: {name} is not set in this environment")
-            value = environ[name]
-            if any(key in value for key in keys):
-                raise SettingsError(f"--env {name}: {name} holds a key the gateway uses, which the agent must "
-                                    "never see; give the agent a key of its own in another variable")
-            passed[name] = value
-        return passed
+        """The variables named by `env`, checked (opencode/agent.py)."""
+        return self.agent_config.passed_env(self._environ, gateway_keys(self._environ, (self.api_key,
+                                                                                       self.gateway_api_key)))
+
+    @property
+    def agent_config(self) -> AgentConfig:
+        """What OpenCode is told (opencode/agent.py)."""
+        return AgentConfig(self.model or "", self.small_model, self.agent, self.permissions, self.disable_tools,
+                           self.opencode_config, self.mcp, self.env)
+
+    @property
+    def sandbox_config(self) -> SandboxConfig:
+        """How runs are confined (opencode/sandbox.py)."""
+        return SandboxConfig(self.sandbox, self.sandbox_network, self.sandbox_allow_write, self.sandbox_allow_read)
+
+    @property
+    def gateway_files(self) -> tuple[Path, ...]:
+        """The gateway's own files, which a sandbox hides wherever they are: settings and key
+        files, the data dir, the ledger."""
+        return (*self.secret_files, self.data_dir.resolve(), self.ledger_path.resolve())
 
     @property
     def gateway_api_base(self) -> str | None:
@@ -217,6 +209,25 @@ class Settings:
         return held_secrets(self._environ, (self.api_key, self.gateway_api_key))
 
 
+def _typed(given: dict[str, Any]) -> dict[str, Any]:
+    """Settings given as plain values (a file's, a caller's), as the fields hold them: mappings
+    frozen, sequences tuples, prices and budgets checked and parsed."""
+    if "pricing" in given:  # per model: a value, or a setting mapping to check and turn into one
+        given["pricing"] = _frozen({model: value if isinstance(value, Price) else
+                                    Price.from_setting(f"pricing.{model}", value)
+                                    for model, value in dict(given["pricing"]).items()})
+    if "budgets" in given:
+        given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
+    for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes"):
+        if name in given:
+            given[name] = _frozen(given[name])
+    for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
+                 "sandbox_allow_read"):
+        if name in given:
+            given[name] = tuple(given[name])
+    return given
+
+
 def _unpickled(kind: type[Settings], values: dict[str, Any]) -> Settings:
     thawed: dict[str, Any] = {name: MappingProxyType(value) if isinstance(value, dict) else value
                               for name, value in values.items()}
@@ -228,22 +239,24 @@ class RunSettings(Settings):
     """Settings that passed `validated()`: a model is set, and the environment was read."""
 
     model: str = ""
+    environ: Mapping[str, str] = field(default_factory=_frozen, repr=False, compare=False,
+                                       metadata={"setting": False})
 
 
 def _check(settings: RunSettings) -> None:
     """What validated() checks once the environment is read."""
     check_routes(settings.model, settings.routes)
     for model in filter(None, (settings.model, settings.small_model, *settings.routes.values())):
-        if mode_of(model) != "gateway":
+        route = ModelRoute.of(model)
+        if route.mode != "gateway":
             continue
-        if model == GATEWAY_PREFIX:
+        if not route.group:
             raise SettingsError("model 'litellm_proxy/' names no model group: use litellm_proxy/<group>")
         if not settings.gateway_api_base:
             raise SettingsError(
                 f"model {model} routes through a LiteLLM gateway but no gateway URL is set: "
                 "pass --api-base URL or set LITELLM_PROXY_API_BASE"
             )
-    check_permissions(settings.permissions)
     check_attribution(settings.tags, settings.metadata, settings.tag_metadata_keys)
     for model, style in settings.prompt_caching.items():
         if style not in ("markers", "key", "off"):
@@ -258,17 +271,9 @@ def _check(settings: RunSettings) -> None:
         value = getattr(settings, name)
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
             raise SettingsError(f"{name} {value} is invalid: give a number above 0")
-    if settings.sandbox not in SANDBOX_KINDS:
-        raise SettingsError(f"sandbox {settings.sandbox!r} is not known: use {', '.join(SANDBOX_KINDS)}")
-    if settings.sandbox_network not in SANDBOX_NETWORKS:
-        raise SettingsError(f"sandbox_network {settings.sandbox_network!r} is not known: use "
-                            f"{', '.join(SANDBOX_NETWORKS)}")
-    for path in (*settings.sandbox_allow_write, *settings.sandbox_allow_read):
-        if not Path(path).is_absolute() or not Path(path).exists():
-            raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
-    settings.passed_env()
-    for name, server in settings.mcp.items():
-        _check_mcp(name, server)
+    settings.sandbox_config.check()
+    settings.agent_config.check(settings.environ, gateway_keys(settings.environ, (settings.api_key,
+                                                                                 settings.gateway_api_key)))
 
 
 def check_routes(model: str, routes: Mapping[str, str]) -> None:
@@ -293,32 +298,7 @@ def check_routes(model: str, routes: Mapping[str, str]) -> None:
                 "window, or drop the route (it then goes where OpenCode sends it)")
 
 
-def _check_mcp(name: str, server: Any) -> None:
-    """An MCP server as OpenCode's `mcp` config takes it, whose command exists: OpenCode itself
-    would start the run without the server's tools, saying so only in its log."""
-    where = f"mcp server {name!r}"
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not isinstance(server, Mapping):
-        raise SettingsError(f"{where}: give a name of letters, digits, _ or -, and a mapping with type local "
-                            "(command: [program, args...]) or remote (url)")
-    if server.get("type") == "remote":
-        if not isinstance(server.get("url"), str):
-            raise SettingsError(f"{where}: a remote server needs a url")
-        return
-    command = server.get("command")
-    if server.get("type") != "local" or not isinstance(command, list) or not command \
-            or not all(isinstance(part, str) for part in command):
-        raise SettingsError(f"{where}: a local server needs type: local and command: [program, args...]")
-    program = command[0]
-    found = os.access(program, os.X_OK) if os.sep in program else shutil.which(program) is not None
-    if not found:
-        raise SettingsError(f"{where}: its command {program!r} is not found or not executable: install it or fix "
-                            "the path (under --sandbox bwrap a program in the real HOME also needs "
-                            "--sandbox-allow-read)")
-
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MANAGED_ENV = {"HOME", "PWD", "NO_PROXY", "no_proxy"}
 
 
 def json_kinds(annotation: Any) -> tuple[type, ...]:

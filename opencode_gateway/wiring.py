@@ -4,7 +4,7 @@ packages below it (the endpoint's upstreams), so `endpoint/` and `opencode/` nev
 from __future__ import annotations
 
 from .endpoint.upstream import ProxyUpstream, SdkUpstream, Upstream
-from .litellm_gateway.protocol import GATEWAY_PREFIX
+from .litellm_gateway.protocol import ModelRoute
 from .settings import Settings
 
 __all__ = ["upstream_for"]
@@ -12,10 +12,10 @@ __all__ = ["upstream_for"]
 
 def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    prompt_caching = settings.prompt_caching  # per model or group; not set: known from the backend
-    caching = prompt_caching.get(model) or prompt_caching.get(model.removeprefix(GATEWAY_PREFIX))
-    if model.startswith(GATEWAY_PREFIX):
-        return ProxyUpstream(settings.gateway_api_base or "", model[len(GATEWAY_PREFIX):], settings.gateway_api_key,
+    route = ModelRoute.of(model)
+    caching = route.setting(settings.prompt_caching)  # not set: known from the backend
+    if route.group is not None:
+        return ProxyUpstream(settings.gateway_api_base or "", route.group, settings.gateway_api_key,
                              connect_timeout=settings.connect_timeout, idle_timeout=settings.idle_timeout,
                              caching=caching)
     return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout, caching=caching)

@@ -116,6 +116,15 @@ def test_the_gateway_prefix_is_spelled_in_one_place() -> None:
     assert spelled == ["litellm_gateway/protocol.py"]
 
 
+def test_a_model_string_is_parsed_by_model_route_alone() -> None:
+    """Which way a model goes and its group's name come from ModelRoute: no module but the
+    protocol reads GATEWAY_PREFIX (each that did re-parsed the string its own way)."""
+    reading = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                     for node in ast.walk(ast.parse(path.read_text()))
+                     if isinstance(node, ast.Name) and node.id == "GATEWAY_PREFIX")
+    assert set(reading) == {"litellm_gateway/protocol.py"}
+
+
 def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_checks() -> None:
     from typing import get_args
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..litellm_gateway.protocol import GATEWAY_PREFIX
+from ..litellm_gateway.protocol import ModelRoute
 from .usage import Usage, per_token_cost
 
 __all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "price_map"]
@@ -159,8 +159,7 @@ def map_price(model: str, usage: Usage) -> float | None:
     if "litellm" in sys.modules:
         return None
     entries = price_map()
-    # litellm prices a gateway's `litellm_proxy/<model>` as <model>
-    entry = None if entries is None else entries.get(model.removeprefix(GATEWAY_PREFIX))
+    entry = None if entries is None else entries.get(ModelRoute.of(model).upstream_model)
     return None if entry is None else entry_cost(entry, usage)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import _litellm
 from ..errors import SettingsError
-from ..litellm_gateway.protocol import GATEWAY_PREFIX
+from ..litellm_gateway.protocol import ModelRoute
 from .price_map import map_price, price_map
 from .usage import Usage, per_token_cost
 
@@ -127,10 +127,11 @@ def per_million(model: str, prices: Mapping[str, Price]) -> dict[str, float] | N
     plain per-token price (a gateway group's price is the gateway's). OpenCode then shows what a
     session costs as the ledger does (OpenCode prices reasoning as output, and its openai-compatible
     provider counts cache writes as input: where those are priced otherwise, its figure is close)."""
-    price = prices.get(model) or prices.get(model.removeprefix(GATEWAY_PREFIX))
+    route = ModelRoute.of(model)
+    price = route.setting(prices)
     if price is None:
         entries = price_map()
-        entry = None if entries is None else entries.get(model.removeprefix(GATEWAY_PREFIX))
+        entry = None if entries is None else entries.get(route.upstream_model)
         if entry is None:
             return None
         price = Price(entry["input_cost_per_token"], entry["output_cost_per_token"],

@@ -25,7 +25,8 @@ from pathlib import Path
 from ..errors import SettingsError
 from .gitguard import GitControl
 
-__all__ = ["EMPTY_DIRS", "SANDBOX_KINDS", "SANDBOX_NETWORKS", "SYSTEM_DIRS", "Sandbox", "probe", "resolve_sandbox"]
+__all__ = ["EMPTY_DIRS", "SANDBOX_KINDS", "SANDBOX_NETWORKS", "SYSTEM_DIRS", "Sandbox", "SandboxConfig", "probe",
+           "resolve_sandbox"]
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 SANDBOX_NETWORKS = ("endpoint", "host")
@@ -33,6 +34,30 @@ INSTALL_HINT = "install it with `apt-get install bubblewrap socat` (Debian packa
 
 
 @functools.cache
+@dataclass(frozen=True)
+class SandboxConfig:
+    """How a user asked runs to be confined (settings.py composes it from the settings)."""
+
+    kind: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none"
+    network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
+    allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
+    allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
+
+    def check(self) -> None:
+        """Raise SettingsError naming what is wrong and how to fix it."""
+        if self.kind not in SANDBOX_KINDS:
+            raise SettingsError(f"sandbox {self.kind!r} is not known: use {', '.join(SANDBOX_KINDS)}")
+        if self.network not in SANDBOX_NETWORKS:
+            raise SettingsError(f"sandbox_network {self.network!r} is not known: use {', '.join(SANDBOX_NETWORKS)}")
+        for path in (*self.allow_write, *self.allow_read):
+            if not Path(path).is_absolute() or not Path(path).exists():
+                raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
+
+    def sandbox(self, secrets: tuple[Path, ...]) -> Sandbox:
+        """The confinement of one run, hiding `secrets` (the gateway's files) wherever they are."""
+        return Sandbox(self.network, tuple(map(Path, self.allow_write)), tuple(map(Path, self.allow_read)), secrets)
+
+
 def probe() -> str | None:
     """Why bubblewrap cannot confine a run on this machine, or None when it can (asked once per
     process: a namespace the kernel or a container refuses fails here, not mid-run). A sandbox

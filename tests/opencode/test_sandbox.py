@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from opencode_gateway.opencode.sandbox import EMPTY_DIRS, SYSTEM_DIRS, Sandbox
+import pytest
+
+from opencode_gateway.errors import SettingsError
+from opencode_gateway.opencode.sandbox import EMPTY_DIRS, SYSTEM_DIRS, Sandbox, SandboxConfig
 
 
 def _mounts(argv: list[str]) -> list[tuple[str, ...]]:
@@ -66,3 +69,21 @@ def test_a_secret_nothing_shows_adds_no_mount(tmp_path: Path) -> None:
     hidden_away.parent.mkdir()
     hidden_away.write_text("sk-secret")
     assert str(hidden_away) not in _wrap(tmp_path, Sandbox(secrets=(hidden_away,)))
+
+
+def test_the_config_becomes_a_sandbox_hiding_the_gateways_files(tmp_path: Path) -> None:
+    config = SandboxConfig("bwrap", "host", allow_read=(str(tmp_path),))
+    config.check()
+    sandbox = config.sandbox((tmp_path / "ledger.db",))
+    assert (sandbox.network, sandbox.readable, sandbox.secrets) == ("host", (tmp_path,), (tmp_path / "ledger.db",))
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (SandboxConfig("docker"), "sandbox 'docker' is not known: use auto, bwrap, none"),
+    (SandboxConfig(network="lan"), "sandbox_network 'lan' is not known: use endpoint, host"),
+    (SandboxConfig(allow_write=("relative/dir",)), "must be an absolute path that exists"),
+    (SandboxConfig(allow_read=("/no/such/dir",)), "must be an absolute path that exists"),
+])
+def test_a_bad_sandbox_config_is_refused_naming_the_fix(config: SandboxConfig, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        config.check()
