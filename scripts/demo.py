@@ -1,6 +1,6 @@
 """The demo run: the real OpenCode, through opencode-gateway in SDK mode, doing a small coding task.
 
-The model is a scripted stand-in (scripts/scripted_upstream.py): there is no real LLM here. It
+The model is a scripted stand-in (tests/support/scripted_upstream.py): there is no real LLM here. It
 plays a three-turn session (write fizzbuzz.py, run it, report) with realistic token usage, so the
 printed cost is LiteLLM's real price for openai/gpt-4o-mini on those tokens.
 """
@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the scripted model server is the tests' (tests/support)
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage  # noqa: E402
+
 DATA_DIR = ROOT / ".demo"  # the demo's own data dir and ledger, never the user's
 PACE = 0.05  # seconds between the stand-in's chunks: a model's pace, so the live view has something to show
 PROGRAM = ('for n in range(1, 16):\n'

@@ -4,7 +4,6 @@ opencode binary. Nothing here stands in for OpenCode, LiteLLM or uvicorn."""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +15,13 @@ from opencode_gateway.opencode.binary import pinned_binary
 from opencode_gateway.settings import Settings, default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 PINNED_OPENCODE = pinned_binary(default_data_dir())  # where scripts/setup installed it
 # Kept sessions of test runs never land in the real user's data dir.
 os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
 
-from litellm_proxy import LiteLLMProxy, ProxyError, groups  # noqa: E402
-from scripted_upstream import ScriptedUpstream  # noqa: E402
+from tests.support.litellm_proxy import LiteLLMProxy, ProxyError, groups  # noqa: E402
+from tests.support.scripted_upstream import ScriptedUpstream  # noqa: E402
 
 SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
 

@@ -163,3 +163,16 @@ def test_the_ledgers_sql_lives_in_the_ledger_package() -> None:
                      and any(isinstance(node, ast.Constant) and isinstance(node.value, str) and tables.search(node.value)
                              for node in ast.walk(ast.parse(path.read_text()))))
     assert holding == []
+
+
+def test_end_to_end_tests_live_under_tests_e2e_each_file_marked() -> None:
+    """The fast tier (`pytest`) is every test outside tests/e2e/; the end-to-end ones (real
+    OpenCode, proxy, Ray, browser, terminal) are marked per file there, so `-m e2e` finds them all."""
+    tests = Path(__file__).parent
+    unmarked = [str(path.relative_to(tests)) for path in (tests / "e2e").rglob("test_*.py")
+                if "pytestmark = pytest.mark.e2e" not in path.read_text()
+                and "pytestmark = [pytest.mark.e2e" not in path.read_text()]
+    assert unmarked == []
+    marked_elsewhere = sorted(str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
+                              if "e2e" not in path.relative_to(tests).parts and "mark.e2e" in path.read_text())
+    assert marked_elsewhere == ["test_architecture.py"]  # mypy over a probe file: slow, not end to end

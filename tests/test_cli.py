@@ -1,25 +1,20 @@
-"""The command line, run as a user runs it: a subprocess of the installed console script."""
+"""The command line as a user calls it: its exit codes, what it prints and where. Called in this
+process (tests/support/cli.py); what only a real process shows (bytes in argv, a reader that left
+the pipe, a fresh interpreter's imports) runs as one. Real runs are in tests/e2e/test_cli.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway.accounting.ledger import Ledger
+from tests.support.cli import cli
 
 CLI = [sys.executable, "-m", "opencode_gateway"]
-
-
-def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
 
 
 def test_import_and_help_do_not_import_litellm() -> None:
@@ -128,68 +123,6 @@ def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(how: str, tm
     assert not ledger.exists()  # nothing started: no run row, no OpenCode
 
 
-@pytest.mark.e2e
-def test_run_json_reads_the_prompt_from_stdin(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
-    upstream.script(Reply(text="Forty-two.", usage=usage(800, 5)))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--json", "--metadata", "ticket=ENG-9",
-                 "-", stdin="What is the answer?")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert data["text"] == "Forty-two." and data["stop_reason"] == "done"
-    assert data["usage"]["input_tokens"] == 800 and data["usage"]["requests"] == 1
-    assert isinstance(data["cost"], float) and data["requests"][0]["cost_source"] == "litellm"
-    user = [m for m in upstream.requests[0]["body"]["messages"] if m["role"] == "user"]
-    assert "What is the answer?" in json.dumps(user)
-
-
-@pytest.mark.e2e
-def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
-    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path
-) -> None:
-    stderr_file = tmp_path / "stderr.txt"
-    seen_before_end: list[bool] = []
-
-    def answer(body: dict) -> Reply:
-        # Runs while the CLI is still waiting for this answer: the tool call must be on stderr already.
-        seen_before_end.append('"type": "tool_call"' in stderr_file.read_text())
-        return Reply(text="Wrote it.", usage=usage(1000, 50, cached=800))
-
-    upstream.script(Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})]),
-                    answer)
-    with stderr_file.open("w") as stderr:
-        result = subprocess.run(
-            [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-             "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--show-events", "write", "a.txt"],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
-    assert result.returncode == 0
-    assert result.stdout.strip() == "Wrote it."
-    assert seen_before_end == [True]
-    summary = stderr_file.read_text().strip().splitlines()[-1]
-    assert summary.startswith("opencode-gateway: done · 2 requests · 2,000 in / 100 out tokens · $")
-    # gpt-4o-mini reads cached tokens at 7.5e-8 instead of 1.5e-7 (LiteLLM's map): 800 saved 6e-5.
-    assert " · 40% of input from cache, saved $0.000060 · session ses_" in summary
-
-
-@pytest.mark.e2e
-def test_a_failed_run_exits_1_with_the_error(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
-    upstream.script(Reply(status=401, error="Invalid API key"))
-    argv = ["run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-bad",
-            "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi"]
-    result = cli(*argv)
-    assert result.returncode == 1
-    assert "opencode-gateway: error: " in result.stderr and "Invalid API key" in result.stderr
-    # OpenCode was stopped mid-run; nothing of it outlives the event loop. The console script
-    # exits without collecting garbage, so collect it here: an unclosed transport would warn.
-    upstream.script(Reply(status=401, error="Invalid API key"))
-    collected = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", "-c",
-         "import gc, sys; from opencode_gateway.cli import main; code = main(sys.argv[1:]); gc.collect(); sys.exit(code)",
-         *argv], capture_output=True, text=True, timeout=120)
-    assert collected.returncode == 1 and "Invalid API key" in collected.stderr
-    assert "unclosed" not in collected.stderr and "Event loop is closed" not in collected.stderr
-
-
 def test_a_missing_binary_names_the_install_command(workdir: Path) -> None:
     result = cli("run", "-m", "openai/gpt-4o-mini", "--opencode-bin", "/nonexistent/opencode",
                  "--workdir", str(workdir), "hi")
@@ -204,27 +137,6 @@ def test_a_binary_that_is_not_opencode_is_refused_before_the_run(workdir: Path) 
     assert "/bin/echo" in line and "1.18" in line and "opencode-gateway install-opencode" in line
 
 
-@pytest.mark.e2e
-def test_output_schema_prints_the_answers_object_alone(upstream: ScriptedUpstream, opencode_bin: str,
-                                                       workdir: Path, tmp_path: Path) -> None:
-    schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"type": "object", "required": ["fixed"], "properties": {"fixed": {"type": "boolean"}}}))
-    upstream.script(Reply(text='Fixed it.\n{"fixed": true}'))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "Fix it")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"fixed": True}
-
-    upstream.script(Reply(text="Could not fix it."))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "--json",
-                 "Fix it")
-    assert result.returncode == 1
-    data = json.loads(result.stdout)
-    assert data["stop_reason"] == "error" and data["output"] is None
-    assert data["error"]["type"] == "OutputInvalid" and data["error"]["raw_text"] == "Could not fix it."
-
-
 @pytest.mark.parametrize("task_id", ["..", "."])
 def test_a_batch_task_named_dot_or_dot_dot_is_exit_2_and_removes_nothing(task_id: str, tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
@@ -234,22 +146,6 @@ def test_a_batch_task_named_dot_or_dot_dot_is_exit_2_and_removes_nothing(task_id
     assert result.returncode == 2
     assert f"line 2: id {task_id!r} is invalid" in result.stderr
     assert (tmp_path / "precious.txt").read_text() == "keep" and tasks.exists()
-
-
-@pytest.mark.e2e
-def test_the_key_can_come_from_a_file_and_never_be_in_argv(upstream: ScriptedUpstream, opencode_bin: str,
-                                                            workdir: Path, tmp_path: Path) -> None:
-    key_file = tmp_path / "key"
-    key_file.write_text("sk-from-a-file\n")
-    upstream.script(Reply(text="ok"))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key-file", str(key_file),
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "l.db"), "hi")
-    assert result.returncode == 0, result.stderr
-    assert upstream.requests[0]["headers"]["authorization"] == "Bearer sk-from-a-file"
-    empty = tmp_path / "empty"
-    empty.write_text("\n")
-    refused = cli("run", "-m", "m", "--api-key-file", str(empty), "hi")
-    assert refused.returncode == 2 and "the API key file" in refused.stderr and "is empty" in refused.stderr
 
 
 def test_version_and_did_you_mean_for_a_misspelt_command_flag_or_setting(tmp_path: Path) -> None:
@@ -269,7 +165,7 @@ def test_version_and_did_you_mean_for_a_misspelt_command_flag_or_setting(tmp_pat
 def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path: Path) -> None:
     """`... | head`: a BrokenPipeError traceback in 7 of 10 tries of `sessions list --json | head -c
     400`. Here the reader leaves at once (`true`), so every write after it fails."""
-    from tests.builders import spend_ledger
+    from tests.support.builders import spend_ledger
 
     ledger = spend_ledger(tmp_path / "ledger.db")
     command = f"{sys.executable} -m opencode_gateway report --by run --format csv --ledger {ledger} | true"
@@ -279,7 +175,7 @@ def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path: Path) -> No
 
 
 def test_the_html_report_is_as_private_as_the_ledger(tmp_path: Path) -> None:
-    from tests.builders import spend_ledger
+    from tests.support.builders import spend_ledger
 
     ledger = spend_ledger(tmp_path / "ledger.db")
     out = tmp_path / "spend.html"

@@ -22,7 +22,7 @@ from opencode_gateway.opencode.lines import Error, StepStart, Text
 from opencode_gateway.opencode.process import ProcessExit
 from opencode_gateway.output import OutputSpec
 from opencode_gateway.result import OutputInvalid
-from tests import builders
+from tests.support import builders
 
 EXITED = ProcessExit(0, "", timed_out=False)
 ANSWER = (StepStart("ses_1"), Text("ses_1", text="Looking."), StepStart("ses_1"), Text("ses_1", text="Done."))
@@ -125,7 +125,7 @@ OVERFLOW = Error("ses_1", name="ContextOverflowError", message="maximum context 
 
 def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning() -> None:
     """OpenCode answers a provider's context overflow by compacting the conversation and going on,
-    and exits 1 all the same (the real OpenCode, tried in tests/test_routes_e2e.py)."""
+    and exits 1 all the same (the real OpenCode, tried in tests/e2e/test_routes.py)."""
     records = (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None),
                builders.record("r3", purpose="compaction"), builders.record("r4"))
     result = conclude(happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]),

@@ -1,19 +1,10 @@
-"""The live view of a run in a terminal: what it prints for each event, and, with the real CLI in a
-pseudo-terminal, that a person sees the run as it goes (not only at its end)."""
+"""The live view of a run in a terminal: what it prints for each event (the real CLI in a
+pseudo-terminal: tests/e2e/test_console.py)."""
 
 from __future__ import annotations
 
 import io
-import os
-import pty
-import subprocess
 import sys
-import threading
-import time
-from pathlib import Path
-
-import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway.console import RunView, elapsed
 from opencode_gateway.events import (
@@ -79,79 +70,6 @@ def test_the_status_line_counts_requests_tokens_and_cost() -> None:
     status = str(view.__rich__().text)  # type: ignore[union-attr]
     assert status.startswith("0:00 · litellm_proxy/team-a · 2 requests · 2,500 tokens · cost unknown · calling bash")
     assert [elapsed(s) for s in (7, 92, 3723)] == ["0:07", "1:32", "1:02:03"]
-
-
-class Terminal:
-    """The other end of a pseudo-terminal: everything written to it, read as it comes."""
-
-    def __init__(self) -> None:
-        self.master, self.slave = pty.openpty()
-        self.output = b""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 4096)
-            except OSError:  # the last writer closed it
-                return
-            if not data:
-                return
-            self.output += data
-
-    @property
-    def text(self) -> str:
-        return self.output.decode("utf-8", "replace")
-
-
-@pytest.mark.e2e
-def test_a_run_in_a_terminal_shows_its_tool_calls_and_totals_while_it_goes(
-    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path
-) -> None:
-    terminal = Terminal()
-    seen_before_answer: list[bool] = []
-
-    def answer(body: dict) -> Reply:
-        # Runs while the run waits for this answer: the finished tool call must be on the terminal.
-        seen_before_answer.append("✓ bash echo hi" in terminal.text and "request" in terminal.text)
-        return Reply(text="It printed hi.\nAll done.", usage=usage(1200, 30))
-
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "echo hi"})],
-                          usage=usage(1000, 20)), answer)
-    started = time.monotonic()
-    with subprocess.Popen([*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x",
-                           "--opencode-bin", opencode_bin, "--workdir", str(workdir), "say hi with bash"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal.slave,
-                          env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"}) as process:
-        os.close(terminal.slave)
-        stdout, _ = process.communicate(timeout=120)
-    assert process.returncode == 0, terminal.text
-    assert seen_before_answer == [True], terminal.text
-    assert stdout.decode() == "It printed hi.\nAll done.\n"  # the answer, whole, on stdout as before
-    deadline = started + 130
-    while "opencode-gateway: done" not in terminal.text and time.monotonic() < deadline:
-        time.sleep(0.05)  # the reader thread drains what is left
-    text = terminal.text
-    assert "→ bash" in text and "It printed hi." in text and "All done." in text
-    assert "openai/gpt-4o-mini · " in text  # the status line was drawn
-    assert "opencode-gateway: done · 2 requests" in text
-
-
-@pytest.mark.e2e
-def test_quiet_and_a_pipe_show_no_live_view(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
-    terminal = Terminal()
-    upstream.script(Reply(text="Quiet answer.", usage=usage(100, 5)))
-    with subprocess.Popen([*CLI, "run", "-q", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key",
-                           "sk-x", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "say it"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal.slave) as process:
-        os.close(terminal.slave)
-        stdout, _ = process.communicate(timeout=120)
-    assert process.returncode == 0 and stdout.decode() == "Quiet answer.\n"
-    deadline = time.monotonic() + 10
-    while "opencode-gateway: done" not in terminal.text and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert "opencode-gateway: done" in terminal.text and "openai/gpt-4o-mini · " not in terminal.text
 
 
 def test_what_the_agent_writes_cannot_command_the_terminal() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .test_cli import cli
+from tests.support.cli import cli
 
 
 def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from opencode_gateway.accounting.ledger.schema import _MIGRATIONS
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
-from tests import builders
+from tests.support import builders
 
 
 def record(request_id: str, *, usage: Usage | None = Usage(1000, 50, 600, 0, 10), cost: float | None = 0.001,

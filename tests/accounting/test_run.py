@@ -18,7 +18,7 @@ from opencode_gateway.accounting.run import (
     reservation_usage,
 )
 from opencode_gateway.accounting.usage import Usage
-from tests import builders
+from tests.support import builders
 
 
 def record(request_id: str, tokens: tuple[int, int] = (100, 10), cost: float | None = 0.001,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from opencode_gateway.accounting.usage import StreamUsageReader, Usage, usage_from_body
-from tests.builders import chunk, sse
+from tests.support.builders import chunk, sse
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 30, "total_tokens": 130,
          "prompt_tokens_details": {"cached_tokens": 80}, "completion_tokens_details": {"reasoning_tokens": 10}}

@@ -11,7 +11,7 @@ import pytest
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.dashboard.data import SERIES, Query, dashboard_data
 from opencode_gateway.errors import SettingsError
-from tests.builders import spend_ledger
+from tests.support.builders import spend_ledger
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.dashboard.live import COOKIE, DashboardAccess
 from opencode_gateway.serve import server_app
 from opencode_gateway.settings import Settings
-from tests.builders import spend_ledger
+from tests.support.builders import spend_ledger
 
 pytestmark = pytest.mark.anyio
 ADMIN = "admin-token"

@@ -19,7 +19,7 @@ from opencode_gateway.endpoint.hooks import NoHooks
 from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
-from tests.builders import chunk, sse
+from tests.support.builders import chunk, sse
 
 pytestmark = pytest.mark.anyio
 

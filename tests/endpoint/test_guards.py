@@ -10,7 +10,6 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.records import RequestRecord
@@ -24,7 +23,8 @@ from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
 from opencode_gateway.errors import ConfigConflict, SettingsError
 from opencode_gateway.opencode.config import build_config
-from tests import builders
+from tests.support import builders
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.anyio
 TOKEN = "t"

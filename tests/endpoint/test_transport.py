@@ -8,10 +8,10 @@ import socket
 
 import httpx
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream
 
 from opencode_gateway.accounting.usage import StreamUsageReader
 from opencode_gateway.endpoint.transport import AiohttpTransport
+from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.anyio
 

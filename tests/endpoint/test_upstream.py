@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import _litellm
 from opencode_gateway.accounting.usage import StreamUsageReader
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import SdkUpstream
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.anyio
 

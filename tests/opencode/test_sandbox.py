@@ -1,5 +1,5 @@
 """What a sandbox is built from: an allowlist of the host's system folders, the run's own paths,
-and nothing of the gateway's wherever it lives (the attacks themselves are in tests/security)."""
+and nothing of the gateway's wherever it lives (the attacks themselves are in tests/e2e/security)."""
 
 from __future__ import annotations
 

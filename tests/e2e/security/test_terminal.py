@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
-from tests.security.agent import PYTHON
-from tests.test_serve_e2e import CLI, env, gateway_home, server  # noqa: F401 (fixtures)
+from tests.e2e.security.agent import PYTHON
+from tests.e2e.test_serve import CLI, env, gateway_home, server  # noqa: F401 (fixtures)
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="scripts/setup installs tmux")]
 

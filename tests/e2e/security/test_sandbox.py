@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway.opencode.sandbox import probe
-from tests.security.agent import PYTHON
+from tests.e2e.security.agent import PYTHON
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 PROVIDER_KEY = "sk-provider-in-the-environment-0123"

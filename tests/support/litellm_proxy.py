@@ -9,7 +9,7 @@ repository). Everything is installed under .tools/proxy/ by `install()`, once.
     with LiteLLMProxy(model_list) as proxy:      # Postgres + proxy up, healthy
         proxy.url, proxy.master_key
 
-As a script: `python scripts/litellm_proxy.py --upstream URL` serves model groups (team-a,
+As a script: `python tests/support/litellm_proxy.py --upstream URL` serves model groups (team-a,
 team-b, and the Claude groups team-coder and claude-coder) in front of URL until interrupted.
 """
 
@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "proxy"
 VENV = TOOLS / "venv"
 QE = TOOLS / "qe"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.e2e
 def test_the_benchmark_runs_and_prints(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run([str(ROOT / "scripts" / "bench"), "--quick", "--requests", "3", "--out", str(out)],
@@ -29,7 +29,6 @@ def test_the_benchmark_runs_and_prints(tmp_path: Path) -> None:
     assert data["serve_session"]["requests"] > 0 and data["serve_session"]["last_rps"] > 0
 
 
-@pytest.mark.e2e
 def test_the_caching_section_prices_the_same_session_three_ways(opencode_bin: str) -> None:
     """`--only caching`: a team-named group, a claude-named group (the real proxy) and OpenCode alone,
     each the same ten turns of a scripted Claude; the gateway's booked cost is the session's price."""

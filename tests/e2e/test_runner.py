@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import _litellm, run
 from opencode_gateway.errors import (
@@ -29,6 +28,7 @@ from opencode_gateway.errors import (
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from opencode_gateway.settings import Settings
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 
@@ -377,7 +377,7 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
     assert typo.returncode == 2 and "cannot group by 'modle'" in typo.stderr
 
 
-MCP_SERVER = Path(__file__).parent / "data" / "mcp_server.py"
+MCP_SERVER = Path(__file__).parents[1] / "data" / "mcp_server.py"
 
 
 def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from litellm_proxy import LiteLLMProxy
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import arun, run, stream
 from opencode_gateway.accounting.run import RunAccount
@@ -28,7 +26,9 @@ from opencode_gateway.endpoint.upstream import ProxyUpstream
 from opencode_gateway.errors import BudgetExceeded
 from opencode_gateway.events import Done
 from opencode_gateway.settings import Settings
-from tests.gateway_proxy import new_key, spend_rows
+from tests.support.gateway_proxy import new_key, spend_rows
+from tests.support.litellm_proxy import LiteLLMProxy
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scripted_upstream import Reply, ToolCall, usage
+from tests.support.scripted_upstream import Reply, ToolCall, usage
 
 SCRIPT = r'''
 import concurrent.futures, json, os, sys, urllib.error, urllib.request

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import _litellm
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from litellm_proxy import LiteLLMProxy
-from scripted_upstream import CachingClaude, Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from tests.gateway_proxy import new_key
+from tests.support.gateway_proxy import new_key
+from tests.support.litellm_proxy import LiteLLMProxy
+from tests.support.scripted_upstream import CachingClaude, Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]

@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from litellm_proxy import LiteLLMProxy
-from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from tests.gateway_proxy import new_key
-from tests.security.agent import attack
+from tests.e2e.security.agent import attack
+from tests.support.gateway_proxy import new_key
+from tests.support.litellm_proxy import LiteLLMProxy
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_upstream import ScriptedUpstream
 
-from .conftest import ROOT
+from tests.conftest import ROOT
+from tests.support.scripted_upstream import ScriptedUpstream
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +71,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream: ScriptedUpstream,
                                                                        signum: int) -> None:
-    script = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "litellm_proxy.py"), "--upstream",
+    script = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "litellm_proxy.py"), "--upstream",
                                upstream.url + "/v1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert script.stdout is not None

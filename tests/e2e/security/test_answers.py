@@ -10,13 +10,13 @@ import shlex
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import run
 from opencode_gateway.opencode.lines import Text
 from opencode_gateway.result import OutputInvalid
 from opencode_gateway.settings import Settings
-from tests.security.agent import PYTHON
+from tests.e2e.security.agent import PYTHON
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 

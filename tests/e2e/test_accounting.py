@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 from opencode_gateway import run
 from opencode_gateway.accounting.pricing import Price
 from opencode_gateway.settings import Settings
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 pytestmark = pytest.mark.e2e
 

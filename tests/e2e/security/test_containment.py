@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from tests.security.agent import PYTHON
+from tests.e2e.security.agent import PYTHON
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 # What reading a hidden file gives: not there at all, or an unopenable node in its place.
@@ -196,7 +196,7 @@ def plain_user(opencode_bin: str) -> Iterator[tuple[str, Path, list[str]]]:
     if subprocess.run(["id", PLAIN_USER], capture_output=True).returncode != 0:
         subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", PLAIN_USER], check=True, timeout=60)
     site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]
     python = "/usr/bin/python3"
     path = f"{site}:{checkout}"
     probe = subprocess.run(["runuser", "-u", PLAIN_USER, "--", "env", f"PYTHONPATH={path}", python, "-c",

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import run
 from opencode_gateway.errors import BudgetExceeded, RunTimeout, UpstreamError
 from opencode_gateway.events import RequestFinished, UpstreamRetry
 from opencode_gateway.opencode.watchdog import TAG_VARIABLE
 from opencode_gateway.settings import Settings
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 MODEL = {"model": "litellm_proxy/coder", "api_key": "sk-virtual"}  # the scripted server plays the gateway

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from litellm_proxy import LiteLLMProxy
+from tests.support.litellm_proxy import LiteLLMProxy
 
 
 def new_key(proxy: LiteLLMProxy, **body: Any) -> str:

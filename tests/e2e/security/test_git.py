@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from tests.test_serve_e2e import env, gateway_home, launch, server  # noqa: F401 (fixtures)
+from tests.e2e.test_serve import env, gateway_home, launch, server  # noqa: F401 (fixtures)
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 

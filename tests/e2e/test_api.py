@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pydantic
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream
-from scripted_upstream import ToolCall as Call
 
 from opencode_gateway import OutputInvalid, astream, run, stream
 from opencode_gateway.events import (
@@ -29,6 +27,8 @@ from opencode_gateway.events import (
     ToolResult,
 )
 from opencode_gateway.settings import Settings
+from tests.support.scripted_upstream import Reply, ScriptedUpstream
+from tests.support.scripted_upstream import ToolCall as Call
 
 pytestmark = pytest.mark.e2e
 

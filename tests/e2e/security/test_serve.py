@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
-from tests.security.agent import PYTHON, attack, outcome
-from tests.test_serve_e2e import CLI, env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
+from tests.e2e.security.agent import PYTHON, attack, outcome
+from tests.e2e.test_serve import CLI, env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway.dashboard.page import REFRESH_S
-from tests.builders import spend_ledger
+from tests.support.builders import spend_ledger
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]
@@ -155,7 +155,7 @@ def test_what_the_ledger_holds_is_shown_as_text_never_run_as_markup(tmp_path: Pa
     """Session ids, metadata and the upstream's model name reach the ledger from outside (an agent
     holding a launch's token chooses its session ids): the page shows them, and runs none of them."""
     from opencode_gateway.accounting.ledger import Ledger
-    from tests.builders import record
+    from tests.support.builders import record
 
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.start_run(run_id="run_x", started_at=1_796_000_000.0, model=HOSTILE, mode="gateway", workdir=HOSTILE,
@@ -194,7 +194,7 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     was drawn as a sliver (the y axis started near the smallest value) in one bar for the day."""
     from opencode_gateway.accounting.ledger import Ledger
     from opencode_gateway.accounting.usage import Usage
-    from tests.builders import record
+    from tests.support.builders import record
 
     path = tmp_path / "first-day.db"
     ledger = Ledger(path)

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from scripted_upstream import Reply, ScriptedUpstream, usage
 
 from opencode_gateway import run, stream
 from opencode_gateway.events import Done
 from opencode_gateway.settings import Settings
-from tests.security.agent import attack, outcome
+from tests.e2e.security.agent import attack, outcome
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.e2e
 
