@@ -36,6 +36,7 @@ from .opencode.purpose import routed_model
 from .opencode.sandbox import resolve_sandbox
 from .opencode.workspace import Workspace
 from .settings import RunSettings, Settings, check_attribution
+from .wiring import opencode_env
 
 __all__ = ["Launch", "ServerState", "launch_env", "mint_launch", "run_opencode", "server_socket", "server_token",
            "shell_exports"]
@@ -188,10 +189,8 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
                     settings.small_model)
     workspace = _workspace(settings, launch.launch_id)
     workspace.prepare()
-    token_file = workspace.write_token(mint_launch(server, launch))
-    config = workspace.config(settings.agent_config, settings.pricing, base_url=server.url + "/v1",
-                              token_file=token_file)
-    return workspace.environment(settings.environ, settings.passed_env(), config, workdir)
+    return opencode_env(settings, workspace, endpoint_url=server.url, token=mint_launch(server, launch),
+                        workdir=workdir)
 
 
 def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str],

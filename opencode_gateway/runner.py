@@ -46,21 +46,32 @@ from .settings import RunSettings
 
 if TYPE_CHECKING:
     from .endpoint.routing import RunRouter, Target
+    from .endpoint.upstream import Upstream
 
-__all__ = ["execute"]
+__all__ = ["Parts", "execute"]
 # How long a request waits for OpenCode's events it follows from (they are normally read within
 # milliseconds: OpenCode prints them before it sends the request).
 _ORDER_WAIT_S = 10.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a run is made of besides its plan, that a test may swap: how OpenCode's process is
+    made (OpenCodeProcess's signature; tests/support/replay.py replays recorded runs), and where
+    a model's requests go (None: `wiring.upstream_for`, the gateway or litellm)."""
+
+    opencode: Callable[..., OpenCodeProcess] = OpenCodeProcess
+    upstream: Callable[[RunSettings, str], Upstream] | None = None
+
+
 async def execute(plan: Plan, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
-                  ledger: RunLedger | None = None) -> RunResult:
+                  ledger: RunLedger | None = None, parts: Parts = Parts()) -> RunResult:
     """Run `plan` (Plan.execute). The run's rows go to its settings' ledger, or to `ledger` (a batch
     task on a Ray worker sends them to the driver's)."""
     own = None
     if ledger is None:
         own = ledger = Ledger(plan.settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
-    run = _Run(plan, ledger, on_event, deltas)
+    run = _Run(plan, ledger, on_event, deltas, parts)
     try:
         return await run.execute()
     except PreflightError as exc:  # the gateway's check failed while OpenCode started: no model call made
@@ -97,14 +108,16 @@ def _silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
             if not any(tool.startswith(f"{name}_") for tool in offered)]
 
 
-def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount) -> dict[str, Target]:
+def _targets(settings: RunSettings, tagging: Tagging, account: RunAccount, parts: Parts = Parts()
+             ) -> dict[str, Target]:
     """Where a run's requests go: the run's model, the small model of OpenCode's background calls
     if it is another, and each purpose's route (`routes`)."""
     from .endpoint.routing import Target
     from .wiring import upstream_for
 
+    upstream = parts.upstream or upstream_for
     models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
-    return {model: Target(model, upstream_for(settings, model), tagging, account) for model in dict.fromkeys(models)}
+    return {model: Target(model, upstream(settings, model), tagging, account) for model in dict.fromkeys(models)}
 
 
 def _interruption(exc: BaseException) -> str:
@@ -137,19 +150,19 @@ def _router(token: str, targets: Mapping[str, Target], settings: RunSettings) ->
 
 
 def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_path: Path | None,
-              tag: str, git: GitControl) -> tuple[OpenCodeProcess, str]:
+              tag: str, git: GitControl, make: Callable[..., OpenCodeProcess]) -> tuple[OpenCodeProcess, str]:
     """OpenCode's process, not yet started, given its isolated config with the endpoint's address;
     and the run's token, which the endpoint is to ask for."""
     settings = plan.settings
+    from .wiring import opencode_env
+
     workspace.prepare()
     token = secrets.token_urlsafe(32)
-    token_file = workspace.write_token(token)
     readable = workspace.add_skills(plan.skills)
     instructions = workspace.add_instructions(
         [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part])
-    config = workspace.config(settings.agent_config, settings.pricing, base_url=server.url + "/v1",
-                              token_file=token_file, instructions=instructions, readable_dirs=readable)
-    env = workspace.environment(settings.environ, settings.passed_env(), config, plan.workdir)
+    env = opencode_env(settings, workspace, endpoint_url=server.url, token=token, workdir=plan.workdir,
+                       instructions=instructions, readable_dirs=readable)
     argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
     inherited: tuple[int, ...] = ()
     if plan.sandbox == "bwrap":
@@ -157,7 +170,7 @@ def _opencode(plan: Plan, workspace: Workspace, server: EndpointServer, socket_p
                                                workdir=plan.workdir, port=server.port, socket_path=socket_path,
                                                git=git)
         inherited = (seccomp,)
-    return OpenCodeProcess(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
+    return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
 
 def _warm_up(settings: RunSettings, keep: str | None) -> None:
@@ -232,8 +245,10 @@ class _Run:
     account keeps the records and the ledger row; this passes them on as events, and stops
     OpenCode when a request fails in a way OpenCode would retry for minutes, or a budget refuses."""
 
-    def __init__(self, plan: Plan, ledger: RunLedger, on_event: Callable[[Event], None] | None, deltas: bool) -> None:
+    def __init__(self, plan: Plan, ledger: RunLedger, on_event: Callable[[Event], None] | None, deltas: bool,
+                 parts: Parts) -> None:
         self.plan = plan
+        self.parts = parts
         self.settings = plan.settings
         self.on_event = on_event
         self.deltas = deltas
@@ -319,13 +334,13 @@ class _Run:
         targets: dict[str, Target] = {}
         warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the warm-up, once it starts
         try:
-            self.process, token = _opencode(self.plan, workspace, server, socket_path, tag, git)
+            self.process, token = _opencode(self.plan, workspace, server, socket_path, tag, git, self.parts.opencode)
             await self.process.start()
             self.preflight = Preflight(settings, self.process)
             warm = asyncio.ensure_future(asyncio.to_thread(_warm_up, settings, self.plan.session_id))
             from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 
-            targets.update(_targets(settings, tagging, self.account))
+            targets.update(_targets(settings, tagging, self.account, self.parts))
             server.app = create_app(Endpoint(
                 router=_router(token, targets, settings),
                 secrets=(*settings.secrets, token), pricer=self.account.pricer, estimate_usage=settings.estimate_usage,

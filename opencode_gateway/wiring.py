@@ -1,13 +1,29 @@
 """How a run's parts are built from its settings: the one place that reads `Settings` for the
-packages below it (the endpoint's upstreams), so `endpoint/` and `opencode/` never import settings."""
+packages below it (the endpoint's upstreams, OpenCode's workspace), so `endpoint/` and `opencode/`
+never import settings, and a run and a launch wire OpenCode to an endpoint the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from .endpoint.upstream import ProxyUpstream, SdkUpstream, Upstream
 from .litellm_gateway.protocol import ModelRoute
-from .settings import Settings
+from .opencode.workspace import Workspace
+from .settings import RunSettings, Settings
 
-__all__ = ["upstream_for"]
+__all__ = ["opencode_env", "upstream_for"]
+
+
+def opencode_env(settings: RunSettings, workspace: Workspace, *, endpoint_url: str, token: str, workdir: Path,
+                 instructions: Sequence[str] = (), readable_dirs: Sequence[str] = ()) -> dict[str, str]:
+    """OpenCode's environment for a run or a launch: its config names the endpoint at
+    `endpoint_url` as its sole provider and reads `token` from a 0600 file of the (prepared)
+    workspace; the variables passed on purpose, checked."""
+    token_file = workspace.write_token(token)
+    config = workspace.config(settings.agent_config, settings.pricing, base_url=endpoint_url + "/v1",
+                              token_file=token_file, instructions=instructions, readable_dirs=readable_dirs)
+    return workspace.environment(settings.environ, settings.passed_env(), config, workdir)
 
 
 def upstream_for(settings: Settings, model: str) -> Upstream:

@@ -79,31 +79,3 @@ def test_the_blocking_forms_refuse_to_run_inside_an_event_loop() -> None:
     asyncio.run(inside())
 
 
-def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_to_the_runs() -> None:
-    from opencode_gateway.accounting.run import RunAccount
-    from opencode_gateway.endpoint.tagging import Tagging
-    from opencode_gateway.runner import _router, _targets
-
-    settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano").validated()
-    router = _router("t", _targets(settings, Tagging(), RunAccount()), settings)
-    assert router.route({}, "openai/gpt-4.1-nano", "title").upstream.model == "openai/gpt-4.1-nano"
-    for other in ("openai/gpt-4o-mini", "anthropic/claude-opus-4", None, 42):
-        assert router.route({}, other, "main").model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
-    alone = Settings(model="openai/gpt-4o-mini").validated()
-    single = _router("t", _targets(alone, Tagging(), RunAccount()), alone)
-    assert single.choose is None and single.route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o-mini"
-    assert single.authorized("t") and not single.authorized("other") and single.models() == ["openai/gpt-4o-mini"]
-
-
-def test_a_purposes_route_takes_its_calls_whatever_model_they_name() -> None:
-    from opencode_gateway.accounting.run import RunAccount
-    from opencode_gateway.endpoint.tagging import Tagging
-    from opencode_gateway.runner import _router, _targets
-
-    settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano",
-                        routes={"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}).validated()
-    route = _router("t", _targets(settings, Tagging(), RunAccount()), settings).route
-    assert route({}, "openai/gpt-4o-mini", "compaction").model == "openai/gpt-4.1"
-    assert route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o"
-    assert route({}, "openai/gpt-4.1-nano", "summary").model == "openai/gpt-4.1-nano"  # no route: as OpenCode sent it
-    assert route({}, "openai/gpt-4.1", "main").model == "openai/gpt-4o-mini"  # a route is no model to pick
