@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -25,87 +24,27 @@ from .accounting.report import render_table
 from .api import check
 from .errors import GatewayError, SettingsError
 from .events import Event, RequestFinished
-from .options import task_kinds
 from .plan import prepare
 from .result import OutputInvalid, RunResult
 from .settings import Settings
-from .settings_file import beside
+from .tasks import FOLDER_NAME, Task, load_tasks
 
-__all__ = ["Batch", "Executor", "LocalExecutor", "Outcome", "Progress", "Task", "load_tasks", "run_batch", "run_task",
-           "summary"]
+__all__ = [
+    "Batch",
+    "Executor",
+    "LocalExecutor",
+    "Outcome",
+    "Progress",
+    "Task",
+    "load_tasks",
+    "run_batch",
+    "run_task",
+    "summary",
+]
 
-_ID = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: never . or ..
 # Beside each task's workdir (not in it, where the agent and git would see it), a marker that a
 # batch made it: a folder is removed for a rerun only then.
 _MARKER = ".{}.made-by-opencode-gateway"
-# A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
-_OPTIONS = task_kinds()  # what a task may set, and the JSON types each is written as
-BATCH_KEYS = ("batch_id", "task_id")  # metadata the batch sets on every run
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    prompt: str
-    options: Mapping[str, Any] = field(default_factory=dict)  # run() arguments
-    template: Path | None = None  # a folder the task's fresh workdir starts as a copy of
-
-
-def _task(raw: Any, where: str, tasks_file: Path) -> Task:
-    if not isinstance(raw, dict):
-        raise SettingsError(f"{where}: a task is a JSON object with an id and a prompt")
-    unknown = sorted(set(raw) - {"id", "prompt", *_OPTIONS})
-    if unknown:
-        raise SettingsError(f"{where}: unknown key {unknown[0]!r}; a task may have id, prompt, {', '.join(_OPTIONS)}")
-    task_id, prompt = raw.get("id"), raw.get("prompt")
-    if not isinstance(task_id, str) or not _ID.match(task_id):
-        raise SettingsError(f"{where}: id {task_id!r} is invalid: use letters, digits, . _ - (it names a folder, "
-                            "so not . or ..)")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise SettingsError(f"{where}: task {task_id} has no prompt")
-    options: dict[str, Any] = {}
-    for key, kinds in _OPTIONS.items():
-        value = raw.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            raise SettingsError(f"{where}: {key} must be {' or '.join(k.__name__ for k in kinds)}")
-        options[key] = value
-    for key in BATCH_KEYS:
-        if key in options.get("metadata", {}):
-            raise SettingsError(f"{where}: metadata {key} is set by the batch itself: rename that key")
-    if "skills" in options:  # folders named in the tasks file are found beside it
-        options["skills"] = beside(tasks_file, options["skills"])
-    template = options.pop("workdir", None)
-    template_dir = None if template is None else Path(beside(tasks_file, [template])[0]).resolve()
-    if template_dir is not None and not template_dir.is_dir():
-        raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
-    return Task(task_id, prompt, options, template_dir)
-
-
-def load_tasks(path: Path) -> tuple[Task, ...]:
-    """Every task of a JSONL file; SettingsError names the first bad line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise SettingsError(f"cannot read the tasks file {path}: {exc.strerror}") from None
-    tasks: dict[str, Task] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SettingsError(f"{where}: not JSON ({exc.msg})") from None
-        task = _task(raw, where, path)
-        if task.id in tasks:
-            raise SettingsError(f"{where}: task id {task.id} is used twice")
-        tasks[task.id] = task
-    if not tasks:
-        raise SettingsError(f"{path} holds no tasks: one JSON object a line, e.g. "
-                            '{"id": "t1", "prompt": "..."}')
-    return tuple(tasks.values())
 
 
 @dataclass(frozen=True)
@@ -137,24 +76,35 @@ class Batch:
     results_file: Path
 
     @classmethod
-    def of(cls, tasks_file: Path, *, batch_id: str | None = None, workdir_root: Path | None = None,
-           results_file: Path | None = None) -> Batch:
+    def of(
+        cls,
+        tasks_file: Path,
+        *,
+        batch_id: str | None = None,
+        workdir_root: Path | None = None,
+        results_file: Path | None = None,
+    ) -> Batch:
         """Defaults beside the tasks file; the batch id is stable for a file, so --resume finds it."""
         path = tasks_file.resolve()
         stem = path.stem
         default_id = f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-        if batch_id is not None and not _ID.match(batch_id):
+        if batch_id is not None and not FOLDER_NAME.match(batch_id):
             raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ - (not . or ..)")
-        return cls(path, batch_id or default_id, (workdir_root or path.parent / f"{stem}.work").resolve(),
-                   (results_file or path.parent / f"{stem}.results.jsonl").resolve())
+        return cls(
+            path,
+            batch_id or default_id,
+            (workdir_root or path.parent / f"{stem}.work").resolve(),
+            (results_file or path.parent / f"{stem}.results.jsonl").resolve(),
+        )
 
 
 class Progress:
     """The batch's state on stderr: on a terminal, a live table of the running tasks under the
     finished ones (console.py); plain lines otherwise."""
 
-    def __init__(self, batch: Batch, total: int, concurrency: int, out: TextIO = sys.stderr,
-                 live: bool | None = None) -> None:
+    def __init__(
+        self, batch: Batch, total: int, concurrency: int, out: TextIO = sys.stderr, live: bool | None = None
+    ) -> None:
         self.batch, self.total, self.concurrency, self.out = batch, total, concurrency, out
         self.live = out.isatty() if live is None else live
         self.running: dict[str, RequestFinished | None] = {}  # task -> its latest request's totals
@@ -206,8 +156,10 @@ class Progress:
         if self.durations and left:
             seconds = sum(self.durations) / len(self.durations) * left / self.concurrency
             eta = f" · ETA {int(seconds // 60)}:{int(seconds % 60):02d}"
-        return (f"batch {self.batch.batch_id}: {done}/{self.total} done · {failed} failed · {len(self.running)} "
-                f"running · {tokens:,} tokens · {cost}{eta}")
+        return (
+            f"batch {self.batch.batch_id}: {done}/{self.total} done · {failed} failed · {len(self.running)} "
+            f"running · {tokens:,} tokens · {cost}{eta}"
+        )
 
     def _print(self, text: str) -> None:
         if self._view is not None:
@@ -232,8 +184,12 @@ def _cost_total(costs: Sequence[float | None]) -> str:
 def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
     """The task's run() arguments: its metadata and tags add to the batch's."""
     options = dict(task.options)
-    options["metadata"] = {**settings.metadata, **options.get("metadata", {}), "batch_id": batch.batch_id,
-                           "task_id": task.id}
+    options["metadata"] = {
+        **settings.metadata,
+        **options.get("metadata", {}),
+        "batch_id": batch.batch_id,
+        "task_id": task.id,
+    }
     options["tags"] = [*settings.tags, *options.get("tags", [])]
     return options
 
@@ -247,15 +203,31 @@ def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
         if result is None:
             rows.append([outcome.task_id, "error", "0", "0", "0", "-", "0.0"])
             continue
-        rows.append([outcome.task_id, result.stop_reason, str(result.usage.requests),
-                     f"{result.usage.input_tokens:,}", f"{result.usage.output_tokens:,}",
-                     "unknown" if result.cost is None else f"{result.cost:.6f}", f"{result.duration_s:.1f}"])
+        rows.append(
+            [
+                outcome.task_id,
+                result.stop_reason,
+                str(result.usage.requests),
+                f"{result.usage.input_tokens:,}",
+                f"{result.usage.output_tokens:,}",
+                "unknown" if result.cost is None else f"{result.cost:.6f}",
+                f"{result.duration_s:.1f}",
+            ]
+        )
     results = [o.result for o in outcomes if o.result is not None]
     costs = [r.cost for r in results]
     ok = sum(o.ok for o in outcomes)
-    rows.append([f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)", "", str(sum(r.usage.requests for r in results)),
-                 f"{sum(r.usage.input_tokens for r in results):,}", f"{sum(r.usage.output_tokens for r in results):,}",
-                 _cost_total(costs), f"{wall_s:.1f}"])
+    rows.append(
+        [
+            f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)",
+            "",
+            str(sum(r.usage.requests for r in results)),
+            f"{sum(r.usage.input_tokens for r in results):,}",
+            f"{sum(r.usage.output_tokens for r in results):,}",
+            _cost_total(costs),
+            f"{wall_s:.1f}",
+        ]
+    )
     return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
 
 
@@ -265,11 +237,17 @@ def _fresh_workdir(task: Task, batch: Batch) -> Path:
     workdir = batch.workdir_root / task.id
     marker = batch.workdir_root / _MARKER.format(task.id)
     if workdir.is_symlink() or workdir.exists():
-        ours = (not workdir.is_symlink() and workdir.is_dir() and workdir.resolve().parent == batch.workdir_root
-                and marker.is_file())
+        ours = (
+            not workdir.is_symlink()
+            and workdir.is_dir()
+            and workdir.resolve().parent == batch.workdir_root
+            and marker.is_file()
+        )
         if not ours:
-            raise SettingsError(f"task {task.id}: {workdir} exists and was not made by a batch; move it away "
-                                "(or pass --workdir-root DIR)")
+            raise SettingsError(
+                f"task {task.id}: {workdir} exists and was not made by a batch; move it away "
+                "(or pass --workdir-root DIR)"
+            )
         shutil.rmtree(workdir)
     if task.template is not None:
         shutil.copytree(task.template, workdir, symlinks=True)
@@ -279,8 +257,14 @@ def _fresh_workdir(task: Task, batch: Batch) -> Path:
     return workdir
 
 
-async def run_task(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
-                   on_event: Callable[[Event], None], ledger: RunLedger | None = None) -> Outcome:
+async def run_task(
+    task: Task,
+    batch: Batch,
+    settings: Settings,
+    options: Mapping[str, Any],
+    on_event: Callable[[Event], None],
+    ledger: RunLedger | None = None,
+) -> Outcome:
     """One task, start to end, wherever it runs: its fresh workdir, then its run (rows to the
     settings' ledger, or to `ledger`)."""
     try:
@@ -298,8 +282,14 @@ async def run_task(task: Task, batch: Batch, settings: Settings, options: Mappin
 class Executor(Protocol):
     """Where a batch's tasks run: in this process (LocalExecutor) or on Ray (ray_executor.py)."""
 
-    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
-                  on_event: Callable[[Event], None]) -> Outcome: ...
+    async def run(
+        self,
+        task: Task,
+        batch: Batch,
+        settings: Settings,
+        options: Mapping[str, Any],
+        on_event: Callable[[Event], None],
+    ) -> Outcome: ...
 
     def close(self) -> None: ...
 
@@ -307,8 +297,14 @@ class Executor(Protocol):
 class LocalExecutor:
     """Each task as a run of this process."""
 
-    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
-                  on_event: Callable[[Event], None]) -> Outcome:
+    async def run(
+        self,
+        task: Task,
+        batch: Batch,
+        settings: Settings,
+        options: Mapping[str, Any],
+        on_event: Callable[[Event], None],
+    ) -> Outcome:
         return await run_task(task, batch, settings, options, on_event)
 
     def close(self) -> None:
@@ -318,23 +314,35 @@ class LocalExecutor:
 async def _run_task(task: Task, batch: Batch, settings: Settings, progress: Progress, executor: Executor) -> Outcome:
     progress.started(task.id)
     started = time.monotonic()
-    outcome = await executor.run(task, batch, settings, _options(task, batch, settings),
-                                 lambda event: progress.event(task.id, event))
+    outcome = await executor.run(
+        task, batch, settings, _options(task, batch, settings), lambda event: progress.event(task.id, event)
+    )
     progress.finished(outcome, time.monotonic() - started)
     return outcome
 
 
-async def run_batch(tasks: Sequence[Task], batch: Batch, settings: Settings, *, concurrency: int = 4,
-                    resume: bool = False, progress: Progress | None = None,
-                    executor: Executor | None = None) -> list[Outcome]:
+async def run_batch(
+    tasks: Sequence[Task],
+    batch: Batch,
+    settings: Settings,
+    *,
+    concurrency: int = 4,
+    resume: bool = False,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
+) -> list[Outcome]:
     """Run the tasks (those not finished before, with `resume`), `concurrency` at a time, on
     `executor` (default: in this process); the outcomes of this invocation, in the tasks' order."""
     if concurrency < 1:
         raise SettingsError(f"--concurrency {concurrency} is invalid: run at least 1 task at a time")
     for task in tasks:  # everything that can be checked, before anything runs
         try:
-            check(task.prompt, settings=settings, workdir=task.template or batch.tasks_file.parent,
-                  **_options(task, batch, settings))
+            check(
+                task.prompt,
+                settings=settings,
+                workdir=task.template or batch.tasks_file.parent,
+                **_options(task, batch, settings),
+            )
         except SettingsError as exc:
             raise SettingsError(f"task {task.id}: {exc}") from None
     finished = finished_values(settings.ledger_path, "task_id", {"batch_id": batch.batch_id}) if resume else set()

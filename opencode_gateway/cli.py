@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import difflib
 import os
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -32,277 +30,280 @@ from .commands import (
 )
 from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
+from .flags import (
+    Parser,
+    attribution_flags,
+    budget_flags,
+    common_flags,
+    ledger_flag,
+    limit_flags,
+    opencode_bin_flag,
+    route_flag,
+    sandbox_flags,
+    upstream_flags,
+)
 from .opencode.binary import SUPPORTED
-from .opencode.config import OPENCODE_VERSION, PERMISSION_MODES, TOOLS
-from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
+from .opencode.config import OPENCODE_VERSION
+from .opencode.sandbox import SANDBOX_KINDS
 
 DEFAULT_PORT = 4141  # of `serve`
 
 __all__ = ["entry", "main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """One line, exit code 2, and the nearest command or flag to a misspelt one."""
-        self.exit(2, f"{self.prog}: error: {message}{self._did_you_mean(message)} (see --help)\n")
-
-    def _did_you_mean(self, message: str) -> str:
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        unknown = re.search(r"unrecognized arguments: (-[^\s=]+)", message)
-        if choice:
-            word, candidates = choice.group(1), re.findall(r"'([^']+)'", choice.group(2))
-        elif unknown:
-            word, candidates = unknown.group(1), sorted(_flags(self))
-        else:
-            return ""
-        close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-        return f"; did you mean {close[0]}?" if close else ""
-
-
-def _flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string of `parser` and of its commands."""
-    flags = {flag for action in parser._actions for flag in action.option_strings}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for command in action.choices.values():
-                flags |= _flags(command)
-    return flags
-
-
-def _upstream_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-base", metavar="URL", help="gateway URL (litellm_proxy/ models) or provider API base")
-    key = parser.add_mutually_exclusive_group()
-    key.add_argument("--api-key", metavar="KEY", help="virtual key or provider key; visible to local users in the "
-                     "process list: prefer --api-key-file or LITELLM_PROXY_API_KEY")
-    key.add_argument("--api-key-file", metavar="PATH", help="read the key from this file (kept out of argv)")
-
-
-def _limit_flags(parser: argparse.ArgumentParser, of: str) -> None:
-    parser.add_argument("--timeout", type=float, metavar="S", help=f"wall-clock limit of {of} (default: 1800)")
-    _budget_flags(parser, of)
-
-
-def _budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
-    parser.add_argument("--max-cost", type=float, metavar="USD", help=f"stop {of} before it spends more")
-    parser.add_argument("--max-requests", type=int, metavar="N", help=f"stop {of} after N upstream calls")
-    parser.add_argument("--max-tokens", type=int, metavar="N", help=f"stop {of} after N input+output tokens")
-    parser.add_argument("--max-turns", type=int, metavar="N", help=f"stop {of} after N main-model requests")
-
-
-def _sandbox_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sandbox", choices=SANDBOX_KINDS,
-                        help="confine OpenCode with bubblewrap (default: auto, when it works here)")
-    parser.add_argument("--sandbox-network", choices=SANDBOX_NETWORKS,
-                        help="in the sandbox, reach only the run's endpoint (default) or the host's network")
-    parser.add_argument("--sandbox-allow-write", action="append", default=[], metavar="PATH",
-                        help="a path the sandboxed run may write besides its workdir; repeatable")
-    parser.add_argument("--sandbox-allow-read", action="append", default=[], metavar="PATH",
-                        help="a path the sandbox hides (in the real HOME or /tmp) that the run may read; repeatable")
-
-
-def _ledger_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
-
-
-def _opencode_bin_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--opencode-bin", metavar="PATH", help="the opencode binary (default: $OPENCODE_BIN, "
-                        "the one install-opencode put in the data dir, or PATH)")
-
-
-def _attribution(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="spend-log metadata")
-    parser.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG", help="extra spend tag")
-
-
-def _route_flag(parser: argparse.ArgumentParser) -> None:
-    """Not for a launch: its background calls follow the routes of the settings `serve` read."""
-    parser.add_argument("--route", dest="routes", action="append", default=[], metavar="PURPOSE=MODEL",
-                        help="send OpenCode's title, summary or compaction calls to MODEL, whatever OpenCode asks "
-                        "for (a summary's or compaction's model must take as much input as -m); repeatable")
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", "--model",
-                        help="LiteLLM model (openai/gpt-4o-mini) or gateway group (litellm_proxy/<group>)")
-    parser.add_argument("--small-model", metavar="MODEL", help="model of OpenCode's background calls (titles, "
-                        "summaries), e.g. a cheap group (default: -m)")
-    parser.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
-    parser.add_argument("--permissions", metavar="MODE",
-                        help=f"what the agent may do: {', '.join(PERMISSION_MODES)} (default: the agent's own; "
-                        "build: full)")
-    parser.add_argument("--disable-tool", dest="disable_tools", action="append", default=[], metavar="NAME",
-                        help=f"turn a tool off: {', '.join(TOOLS)}")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME",
-                        help="pass the variable NAME to OpenCode (its environment is otherwise only PATH, LANG, "
-                        "LC_*, TZ, TERM and the like); repeatable; never a key the gateway uses")
-
-
-def _run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _run_command(commands: argparse._SubParsersAction[Parser]) -> None:
     run = commands.add_parser("run", help="run OpenCode once on a prompt")
-    _common(run)
-    _route_flag(run)
-    _upstream_flags(run)
-    _attribution(run)
+    common_flags(run)
+    route_flag(run)
+    upstream_flags(run)
+    attribution_flags(run)
     run.add_argument("--agent", help="OpenCode agent (default: build)")
     run.add_argument("--instructions", metavar="FILE", help="extra system instructions for the run, from a file")
-    run.add_argument("--skill", dest="skills", action="append", default=[], metavar="DIR",
-                     help="a skill folder (with a SKILL.md) the run may use; repeatable")
-    run.add_argument("--output-schema", metavar="FILE",
-                     help="a JSON schema file: the answer must end with a JSON object matching it (printed alone)")
+    run.add_argument(
+        "--skill",
+        dest="skills",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a skill folder (with a SKILL.md) the run may use; repeatable",
+    )
+    run.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        help="a JSON schema file: the answer must end with a JSON object matching it (printed alone)",
+    )
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
-    _limit_flags(run, "the run")
-    _sandbox_flags(run)
-    _opencode_bin_flag(run)
-    _ledger_flag(run)
+    limit_flags(run, "the run")
+    sandbox_flags(run)
+    opencode_bin_flag(run)
+    ledger_flag(run)
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen, as JSON")
-    run.add_argument("-q", "--quiet", action="store_true", help="no live view on a terminal's stderr (the answer and "
-                     "the summary line only)")
+    run.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no live view on a terminal's stderr (the answer and the summary line only)",
+    )
     run.add_argument("prompt", nargs="+", help="the task; - reads it from stdin")
     run.set_defaults(handler=_cmd_run)
 
 
-def _batch_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _batch_command(commands: argparse._SubParsersAction[Parser]) -> None:
     batch = commands.add_parser("batch", help="run many tasks from a JSONL file, N at a time, with progress")
-    batch.add_argument("tasks", metavar="TASKS.jsonl", help="one task a line: {\"id\", \"prompt\", optional "
-                       "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
-                       "output, timeout, max_cost, max_requests, max_tokens}")
-    _common(batch)
-    _route_flag(batch)
-    _attribution(batch)
+    batch.add_argument(
+        "tasks",
+        metavar="TASKS.jsonl",
+        help='one task a line: {"id", "prompt", optional '
+        "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
+        "output, timeout, max_cost, max_requests, max_tokens}",
+    )
+    common_flags(batch)
+    route_flag(batch)
+    attribution_flags(batch)
     batch.add_argument("--concurrency", type=int, default=4, metavar="N", help="tasks at a time (default: 4)")
-    batch.add_argument("--workdir-root", metavar="DIR",
-                       help="where each task's fresh workdir is made (default: TASKS.work/ beside the file)")
+    batch.add_argument(
+        "--workdir-root",
+        metavar="DIR",
+        help="where each task's fresh workdir is made (default: TASKS.work/ beside the file)",
+    )
     batch.add_argument("--out", metavar="FILE", help="results, one JSON line a task (default: TASKS.results.jsonl)")
     batch.add_argument("--resume", action="store_true", help="skip the tasks that finished in an earlier invocation")
     batch.add_argument("--batch-id", metavar="ID", help="the batch's id in the ledger (default: from the file's path)")
-    _upstream_flags(batch)
-    _limit_flags(batch, "each run")
-    _sandbox_flags(batch)
-    _opencode_bin_flag(batch)
-    _ledger_flag(batch)
-    batch.add_argument("--executor", choices=("local", "ray"),
-                       help="where tasks run: this process (default) or a Ray cluster (pip install "
-                       "'opencode-gateway[ray]')")
-    batch.add_argument("--ray-address", metavar="ADDR", help="with --executor ray: the cluster (auto, ray://...; "
-                       "default: a local Ray instance)")
+    upstream_flags(batch)
+    limit_flags(batch, "each run")
+    sandbox_flags(batch)
+    opencode_bin_flag(batch)
+    ledger_flag(batch)
+    batch.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where tasks run: this process (default) or a Ray cluster (pip install 'opencode-gateway[ray]')",
+    )
+    batch.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: the cluster (auto, ray://...; default: a local Ray instance)",
+    )
     batch.add_argument("--ray-num-cpus", type=float, default=1.0, metavar="N", help="CPUs a task takes (default: 1)")
-    batch.add_argument("--ray-max-retries", type=int, default=1, metavar="N",
-                       help="attempts after a worker dies mid-task (default: 1)")
+    batch.add_argument(
+        "--ray-max-retries", type=int, default=1, metavar="N", help="attempts after a worker dies mid-task (default: 1)"
+    )
     batch.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
     batch.set_defaults(handler=_cmd_batch)
 
 
-def _serve_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _serve_command(commands: argparse._SubParsersAction[Parser]) -> None:
     serve = commands.add_parser("serve", help="run the endpoint as a long-lived server, for OpenCode's TUI")
     serve.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
-    serve.add_argument("--host", metavar="ADDR", help="address to listen on (default: 127.0.0.1; others are "
-                                                       "reachable from the network, with the token as only guard)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N",
-                       help=f"port (default: {DEFAULT_PORT}; 0 picks a free one)")
-    serve.add_argument("action", nargs="?", choices=("login",),
-                       help="login: print a new one-time login URL of the running server's dashboard")
-    _upstream_flags(serve)
-    _ledger_flag(serve)
+    serve.add_argument(
+        "--host",
+        metavar="ADDR",
+        help="address to listen on (default: 127.0.0.1; others are "
+        "reachable from the network, with the token as only guard)",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        metavar="N",
+        help=f"port (default: {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    serve.add_argument(
+        "action",
+        nargs="?",
+        choices=("login",),
+        help="login: print a new one-time login URL of the running server's dashboard",
+    )
+    upstream_flags(serve)
+    ledger_flag(serve)
     serve.set_defaults(handler=_cmd_serve)
 
 
-def _launchers_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _launchers_command(commands: argparse._SubParsersAction[Parser]) -> None:
     for name, help_text, handler in (
-        ("opencode", "launch OpenCode (the TUI, or any OpenCode command after --) on the running server",
-         _cmd_opencode),
+        (
+            "opencode",
+            "launch OpenCode (the TUI, or any OpenCode command after --) on the running server",
+            _cmd_opencode,
+        ),
         ("env", "print the shell exports that wire OpenCode to the running server", _cmd_env),
     ):
         launcher = commands.add_parser(name, help=help_text)
-        _common(launcher)
-        _attribution(launcher)
-        _budget_flags(launcher, "each session of this launch")
-        _opencode_bin_flag(launcher)
+        common_flags(launcher)
+        attribution_flags(launcher)
+        budget_flags(launcher, "each session of this launch")
+        opencode_bin_flag(launcher)
         if name == "opencode":
-            _sandbox_flags(launcher)
-            launcher.add_argument("opencode_args", nargs=argparse.REMAINDER, metavar="-- OPENCODE ARGS",
-                                  help="arguments for opencode (default: none, the TUI)")
+            sandbox_flags(launcher)
+            launcher.add_argument(
+                "opencode_args",
+                nargs=argparse.REMAINDER,
+                metavar="-- OPENCODE ARGS",
+                help="arguments for opencode (default: none, the TUI)",
+            )
         launcher.set_defaults(handler=handler)
 
 
-def _config_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _config_command(commands: argparse._SubParsersAction[Parser]) -> None:
     config = commands.add_parser("config", help="print the isolated opencode.json a run would use")
-    _common(config)
-    _route_flag(config)
+    common_flags(config)
+    route_flag(config)
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
 
 
-def _install_opencode_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    install = commands.add_parser("install-opencode", help="install the pinned OpenCode (npm) into the data dir; "
-                                  "prints the binary's path")
-    install.add_argument("--version", default=OPENCODE_VERSION, metavar="V",
-                         help=f"the opencode-ai version (default: {OPENCODE_VERSION}; supported: {SUPPORTED})")
+def _install_opencode_command(commands: argparse._SubParsersAction[Parser]) -> None:
+    install = commands.add_parser(
+        "install-opencode", help="install the pinned OpenCode (npm) into the data dir; prints the binary's path"
+    )
+    install.add_argument(
+        "--version",
+        default=OPENCODE_VERSION,
+        metavar="V",
+        help=f"the opencode-ai version (default: {OPENCODE_VERSION}; supported: {SUPPORTED})",
+    )
     install.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
     install.set_defaults(handler=_cmd_install_opencode)
 
 
-def _sessions_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _sessions_command(commands: argparse._SubParsersAction[Parser]) -> None:
     sessions = commands.add_parser("sessions", help="list or prune the OpenCode sessions runs kept for --session")
     sessions.add_argument("action", choices=("list", "prune"))
-    sessions.add_argument("--older-than", type=float, metavar="DAYS",
-                          help="prune: remove the sessions unused for more than DAYS days (0: all)")
+    sessions.add_argument(
+        "--older-than",
+        type=float,
+        metavar="DAYS",
+        help="prune: remove the sessions unused for more than DAYS days (0: all)",
+    )
     sessions.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
     sessions.add_argument("--json", action="store_true", help="print them as a JSON list")
     sessions.set_defaults(handler=_cmd_sessions)
 
 
-def _doctor_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    doctor = commands.add_parser("doctor", help="check that a run can start here: OpenCode, rg, the sandbox, the "
-                                 "ledger, "
-                                 "and with -m litellm_proxy/<group> the gateway, the key and the group")
+def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
+    doctor = commands.add_parser(
+        "doctor",
+        help="check that a run can start here: OpenCode, rg, the sandbox, the "
+        "ledger, "
+        "and with -m litellm_proxy/<group> the gateway, the key and the group",
+    )
     doctor.add_argument("-m", "--model", help="with a gateway group (litellm_proxy/<group>), check the gateway too")
     doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
-    _upstream_flags(doctor)
+    upstream_flags(doctor)
     doctor.add_argument("--sandbox", choices=SANDBOX_KINDS, help="the sandbox to check (default: auto)")
-    _opencode_bin_flag(doctor)
-    _ledger_flag(doctor)
+    opencode_bin_flag(doctor)
+    ledger_flag(doctor)
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     doctor.set_defaults(handler=_cmd_doctor)
 
 
-def _report_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    report = commands.add_parser("report", help="spend per ticket, metadata key, model, tag, day, week, month, run, "
-                                 "session, workdir or outcome")
-    report.add_argument("--by", default="ticket", metavar="KEY",
-                        help="a metadata key (default: ticket), or model, tag, day, week, month, run, session, workdir "
-                        "(or project), outcome (how runs ended: done, abandoned...)")
-    report.add_argument("--since", metavar="DATE", help="from this date (YYYY-MM-DD), ISO time, today, yesterday, "
-                        "or a time ago (24h, 7d, 2w)")
+def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
+    report = commands.add_parser(
+        "report", help="spend per ticket, metadata key, model, tag, day, week, month, run, session, workdir or outcome"
+    )
+    report.add_argument(
+        "--by",
+        default="ticket",
+        metavar="KEY",
+        help="a metadata key (default: ticket), or model, tag, day, week, month, run, session, workdir "
+        "(or project), outcome (how runs ended: done, abandoned...)",
+    )
+    report.add_argument(
+        "--since",
+        metavar="DATE",
+        help="from this date (YYYY-MM-DD), ISO time, today, yesterday, or a time ago (24h, 7d, 2w)",
+    )
     report.add_argument("--until", metavar="DATE", help="up to this date, inclusive (the same forms)")
-    report.add_argument("--tz", metavar="ZONE", help="the time zone of dates and of --by day/week/month: an IANA "
-                        "name (Europe/Berlin) or an offset (+02:00); default UTC")
+    report.add_argument(
+        "--tz",
+        metavar="ZONE",
+        help="the time zone of dates and of --by day/week/month: an IANA "
+        "name (Europe/Berlin) or an offset (+02:00); default UTC",
+    )
     report.add_argument("--breakdown", action="store_true", help="each group's totals per model too")
-    report.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                        help="only runs whose metadata KEY is VALUE")
-    report.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table",
-                        help="markdown: a GitHub table, for a CI job's summary or a pull request comment")
-    report.add_argument("--html", metavar="FILE", help="write the spend dashboard (charts, top groups, runs and their "
-                        "requests) as one HTML file that opens with no network")
-    _ledger_flag(report)
+    report.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE", help="only runs whose metadata KEY is VALUE"
+    )
+    report.add_argument(
+        "--format",
+        choices=("table", "json", "csv", "markdown"),
+        default="table",
+        help="markdown: a GitHub table, for a CI job's summary or a pull request comment",
+    )
+    report.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the spend dashboard (charts, top groups, runs and their "
+        "requests) as one HTML file that opens with no network",
+    )
+    ledger_flag(report)
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
-    report.add_argument("--reconcile", action="store_true",
-                        help="compare each request's cost with the gateway's spend log (exit 1 on any difference)")
+    report.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="compare each request's cost with the gateway's spend log (exit 1 on any difference)",
+    )
     report.add_argument("--api-base", metavar="URL", help="with --reconcile: the gateway URL")
     report.add_argument("--api-key", metavar="KEY", help="with --reconcile: an admin key of the gateway")
     report.add_argument("--run", metavar="ID", help="with --reconcile: the run to check")
-    report.add_argument("--wait", type=float, default=15.0, metavar="S",
-                        help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)")
+    report.add_argument(
+        "--wait",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)",
+    )
     report.set_defaults(handler=_cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
+    parser = Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
     parser.add_argument("--version", action="version", version=f"opencode-gateway {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     _run_command(commands)
     _batch_command(commands)
     _serve_command(commands)
@@ -351,8 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         signum = _Stopped.signum
-        print("opencode-gateway: interrupted" + ("" if signum == signal.SIGINT else f" ({signum.name})"),
-              file=sys.stderr)
+        print(
+            "opencode-gateway: interrupted" + ("" if signum == signal.SIGINT else f" ({signum.name})"), file=sys.stderr
+        )
         return 128 + signum
 
 

@@ -1,97 +1,24 @@
 """What each `opencode-gateway` command does, given its parsed arguments (cli.py builds the parser
-and runs them); and how the flags become Settings (`_settings`)."""
+and runs them); and how the flags become Settings (`settings_of`)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._litellm import owning_loop
+from .arguments import output_schema, pairs, settings_of, stdin_text
 from .errors import SettingsError
 from .settings import RunSettings, Settings
 from .settings_file import load_settings
 
 if TYPE_CHECKING:
     from .launch import ServerState
-
-
-def _metadata(pairs: Sequence[str], flag: str = "--metadata", example: str = "ticket=ENG-412") -> dict[str, str]:
-    metadata = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SettingsError(f"{flag} {pair!r} is not KEY=VALUE (e.g. {flag} {example})")
-        metadata[key.strip()] = value
-    return metadata
-
-
-def _read(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"cannot read the {what} file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"the {what} file {path} is not UTF-8 text (byte {exc.start})") from None
-
-
-def _stdin_text(what: str) -> str:
-    try:
-        return sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"the {what} on stdin is not UTF-8 text (byte {exc.start})") from None
-
-
-def _output_schema(path: str | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        schema = json.loads(_read(path, "output schema"))
-    except ValueError as exc:
-        raise SettingsError(f"the output schema file {path} is not JSON: {exc}") from None
-    if not isinstance(schema, dict):
-        raise SettingsError(f"the output schema file {path} must hold a JSON object (a JSON schema)")
-    return schema
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    """The settings file (--config) with the flags over it. A flag sets the setting of the same
-    name (its argparse dest); a repeatable one adds to the file's list, or, for --metadata, to its
-    mapping; a file flag is read here."""
-    base = load_settings(args.config)
-    key = _api_key(args)  # --api-key, or --api-key-file read
-    changes: dict[str, Any] = {} if key is None else {"api_key": key}
-    if getattr(args, "api_key_file", None):
-        changes["secret_files"] = (*base.secret_files, Path(args.api_key_file).resolve())
-    for setting in dataclasses.fields(Settings):
-        given = getattr(args, setting.name, None)
-        if setting.name in changes or given is None or given == []:
-            continue
-        if setting.name in _FROM_FILE:
-            changes[setting.name] = _FROM_FILE[setting.name](given)
-        elif setting.name == "metadata":
-            changes["metadata"] = {**base.metadata, **_metadata(given)}
-        elif setting.name == "routes":
-            changes["routes"] = {**base.routes, **_metadata(given, "--route", "compaction=openai/gpt-4.1")}
-        elif isinstance(given, list):
-            changes[setting.name] = (*getattr(base, setting.name), *map(_PATHS.get(setting.name, str), given))
-        else:
-            changes[setting.name] = Path(given) if setting.name == "ledger" else given
-    return base.replace(**changes)
-
-
-def _absolute(path: str) -> str:
-    return str(Path(path).expanduser().resolve())
-
-
-_FROM_FILE: dict[str, Callable[[str], Any]] = {"instructions": lambda path: _read(path, "instructions")}
-_PATHS = {"sandbox_allow_write": _absolute, "sandbox_allow_read": _absolute}  # resolved where the flag was given
 
 
 def _print_json(data: Any, stream: Any = None) -> None:
@@ -110,8 +37,13 @@ def _result_line(result: Any) -> str:
     ]
     if usage.cache_read_tokens or usage.cache_write_tokens:
         saved = result.cache_saved
-        effect = ("saving unknown" if saved is None else f"saved ${saved:.6f}" if saved >= 0
-                  else f"cache writes cost ${-saved:.6f} more")
+        effect = (
+            "saving unknown"
+            if saved is None
+            else f"saved ${saved:.6f}"
+            if saved >= 0
+            else f"cache writes cost ${-saved:.6f} more"
+        )
         parts.append(f"{usage.cached_share:.0%} of input from cache, {effect}")
     parts.append(f"session {result.session_id or '-'}")
     return "opencode-gateway: " + " · ".join(parts)
@@ -122,10 +54,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .events import Done
     from .result import OutputInvalid
 
-    settings = _settings(args)
-    prompt = _stdin_text("prompt") if args.prompt == ["-"] else " ".join(args.prompt)
-    options: dict[str, Any] = {"settings": settings, "workdir": args.workdir, "session_id": args.session,
-                               "output": _output_schema(args.output_schema)}
+    settings = settings_of(args)
+    prompt = stdin_text("prompt") if args.prompt == ["-"] else " ".join(args.prompt)
+    options: dict[str, Any] = {
+        "settings": settings,
+        "workdir": args.workdir,
+        "session_id": args.session,
+        "output": output_schema(args.output_schema),
+    }
     try:
         if args.show_events:
             for event in stream(prompt, **options):
@@ -164,13 +100,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     from .opencode.config import build_config, known_models
 
-    settings = _settings(args)
+    settings = settings_of(args)
     if not settings.model:
         raise SettingsError("no model given: pass -m MODEL (e.g. openai/gpt-4o-mini or litellm_proxy/<group>)")
     config = build_config(
-        model=settings.model, base_url="http://127.0.0.1:<port>/v1", api_key_ref="{file:<private dir>/token}",
-        small_model=settings.small_model, mcp=settings.mcp,
-        permissions=settings.permissions, agent=settings.agent, disable_tools=settings.disable_tools,
+        model=settings.model,
+        base_url="http://127.0.0.1:<port>/v1",
+        api_key_ref="{file:<private dir>/token}",
+        small_model=settings.small_model,
+        mcp=settings.mcp,
+        permissions=settings.permissions,
+        agent=settings.agent,
+        disable_tools=settings.disable_tools,
         user_config=settings.opencode_config,
         known=known_models(settings.pricing, settings.model, settings.small_model),
     )
@@ -183,12 +124,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_of(args)
     if args.reconcile:
         return _reconcile(args, settings)
     from .accounting.report import build_report
 
-    where = list(_metadata(args.where, "--where").items())
+    where = list(pairs(args.where, "--where").items())
     if not settings.ledger_path.exists():  # nothing has run yet: an empty report, not an error
         from .accounting.report import Report
 
@@ -197,8 +138,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.html:
         return _write_dashboard(args, settings, where)
-    report = build_report(settings.ledger_path, by=args.by, since=args.since, until=args.until, where=where,
-                          breakdown=args.breakdown, tz=args.tz)
+    report = build_report(
+        settings.ledger_path,
+        by=args.by,
+        since=args.since,
+        until=args.until,
+        where=where,
+        breakdown=args.breakdown,
+        tz=args.tz,
+    )
     sys.stdout.write(report.render(args.format))
     return 0
 
@@ -208,8 +156,9 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
     from .dashboard.data import Query, dashboard_data
     from .dashboard.page import render_page
 
-    data = dashboard_data(settings.ledger_path, Query(by=args.by, since=args.since, until=args.until,
-                                                      where=tuple(where), limit=None))
+    data = dashboard_data(
+        settings.ledger_path, Query(by=args.by, since=args.since, until=args.until, where=tuple(where), limit=None)
+    )
     target = Path(args.html)
     try:  # as private as the ledger it shows (0600): it names every ticket, workdir and cost
         descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -218,8 +167,10 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
             out.write(render_page(data))
     except OSError as exc:
         raise SettingsError(f"cannot write {target}: {exc.strerror}: pass --html PATH in a writable folder") from None
-    print(f"opencode-gateway: wrote {target} ({data['total']['requests']:,} requests, {data['runs']['count']:,} runs)",
-          file=sys.stderr)
+    print(
+        f"opencode-gateway: wrote {target} ({data['total']['requests']:,} requests, {data['runs']['count']:,} runs)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -237,7 +188,7 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose
 
-    checks = diagnose(_settings(args))
+    checks = diagnose(settings_of(args))
     if args.json:
         _print_json([check.to_dict() for check in checks])
     else:
@@ -250,7 +201,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     from .accounting.times import utc_time
     from .opencode.sessions import kept_sessions, prune_sessions
 
-    data_dir = _settings(args).data_dir
+    data_dir = settings_of(args).data_dir
     if args.action == "prune":
         if args.older_than is None or not 0 <= args.older_than < float("inf"):
             raise SettingsError("sessions prune needs --older-than DAYS (0 or more; 0 removes every kept session)")
@@ -262,8 +213,17 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([kept.to_dict() for kept in sessions])
         return 0
-    rows = [[kept.session_id, utc_time(kept.started, "-"), utc_time(kept.last_used, "-"), kept.workdir or "-",
-             kept.model or "-", f"{kept.size_bytes / 1e6:.1f} MB"] for kept in sessions]
+    rows = [
+        [
+            kept.session_id,
+            utc_time(kept.started, "-"),
+            utc_time(kept.last_used, "-"),
+            kept.workdir or "-",
+            kept.model or "-",
+            f"{kept.size_bytes / 1e6:.1f} MB",
+        ]
+        for kept in sessions
+    ]
     total = sum(kept.size_bytes for kept in sessions)
     rows.append([f"{len(sessions)} {verb}", "", "", "", "", f"{total / 1e6:.1f} MB"])
     sys.stdout.write(render_table(["session", "started", "last used", "workdir", "model", "size"], rows))
@@ -289,19 +249,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 0
 
     def announce(url: str, token_file: str, login_url: str) -> None:
-        print(f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
-              "`opencode-gateway opencode -m MODEL`; Ctrl-C stops", file=sys.stderr, flush=True)
+        print(
+            f"opencode-gateway: serving on {url} (token in {token_file}); launch OpenCode with "
+            "`opencode-gateway opencode -m MODEL`; Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
         print(f"opencode-gateway: spend dashboard: {login_url} (a one-time login)", file=sys.stderr, flush=True)
 
-    asyncio.run(owning_loop(serve(_settings(args), host=args.host or "127.0.0.1", port=args.port,
-                                  allow_remote=args.host is not None, on_ready=announce)))
+    asyncio.run(
+        owning_loop(
+            serve(
+                settings_of(args),
+                host=args.host or "127.0.0.1",
+                port=args.port,
+                allow_remote=args.host is not None,
+                on_ready=announce,
+            )
+        )
+    )
     return 0
 
 
 def _launch_env(args: argparse.Namespace) -> tuple[RunSettings, ServerState, dict[str, str]]:
     from .launch import ServerState, launch_env
 
-    settings = _settings(args).validated()
+    settings = settings_of(args).validated()
     server = ServerState.read(settings.data_dir)
     return settings, server, launch_env(settings, server, workdir=Path.cwd())
 
@@ -318,8 +291,10 @@ def _cmd_env(args: argparse.Namespace) -> int:
     from .launch import shell_exports
 
     _, _, env = _launch_env(args)
-    sys.stdout.write("# OpenCode on the running opencode-gateway server; use it in a subshell:\n"
-                     "#   ( eval \"$(opencode-gateway env -m MODEL)\"; opencode )\n" + shell_exports(env))
+    sys.stdout.write(
+        "# OpenCode on the running opencode-gateway server; use it in a subshell:\n"
+        '#   ( eval "$(opencode-gateway env -m MODEL)"; opencode )\n' + shell_exports(env)
+    )
     return 0
 
 
@@ -328,45 +303,48 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
     from .batch import Batch, Executor, LocalExecutor, load_tasks, run_batch, summary
 
-    settings = _settings(args)
-    batch = Batch.of(Path(args.tasks), batch_id=args.batch_id,
-                     workdir_root=Path(args.workdir_root) if args.workdir_root else None,
-                     results_file=Path(args.out) if args.out else None)
+    settings = settings_of(args)
+    batch = Batch.of(
+        Path(args.tasks),
+        batch_id=args.batch_id,
+        workdir_root=Path(args.workdir_root) if args.workdir_root else None,
+        results_file=Path(args.out) if args.out else None,
+    )
     tasks = load_tasks(batch.tasks_file)
     executor: Executor = LocalExecutor()
     if settings.executor == "ray":
         from .ray_executor import RayExecutor
 
-        executor = RayExecutor(settings.ledger_path, address=args.ray_address, num_cpus=args.ray_num_cpus,
-                               max_retries=args.ray_max_retries)
+        executor = RayExecutor(
+            settings.ledger_path, address=args.ray_address, num_cpus=args.ray_num_cpus, max_retries=args.ray_max_retries
+        )
     elif settings.executor != "local":
         raise SettingsError(f"executor {settings.executor!r} is not known: use local or ray")
     started = time.monotonic()
     try:
-        outcomes = asyncio.run(owning_loop(run_batch(tasks, batch, settings, concurrency=args.concurrency,
-                                                     resume=args.resume, executor=executor)))
+        outcomes = asyncio.run(
+            owning_loop(
+                run_batch(tasks, batch, settings, concurrency=args.concurrency, resume=args.resume, executor=executor)
+            )
+        )
     finally:
         executor.close()
     skipped = len(tasks) - len(outcomes)
     if args.json:
-        _print_json({"batch_id": batch.batch_id, "results_file": str(batch.results_file), "skipped": skipped,
-                     "tasks": [{"task_id": o.task_id, "ok": o.ok} for o in outcomes]})
+        _print_json(
+            {
+                "batch_id": batch.batch_id,
+                "results_file": str(batch.results_file),
+                "skipped": skipped,
+                "tasks": [{"task_id": o.task_id, "ok": o.ok} for o in outcomes],
+            }
+        )
     else:
         sys.stdout.write(summary(outcomes, time.monotonic() - started))
         if skipped:
             print(f"{skipped} task(s) finished in an earlier invocation were skipped (--resume)")
-        print(f"results: {batch.results_file}\nper run: opencode-gateway report --by run --where "
-              f"batch_id={batch.batch_id}")
+        print(
+            f"results: {batch.results_file}\nper run: opencode-gateway report --by run --where "
+            f"batch_id={batch.batch_id}"
+        )
     return 0 if all(o.ok for o in outcomes) else 1
-
-
-def _api_key(args: argparse.Namespace) -> str | None:
-    path = getattr(args, "api_key_file", None)
-    if path:
-        key = _read(path, "API key").strip()
-        if not key:
-            raise SettingsError(f"the API key file {path} is empty")
-        return key
-    return getattr(args, "api_key", None)
-
-

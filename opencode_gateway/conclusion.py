@@ -61,17 +61,31 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     stop_reason, error = _ending(happened)
     usage, cost, warnings = totals(happened.records)
     if _compacted_after_overflow(happened.events, happened.records):
-        warnings = (*warnings, "the conversation outgrew the model's context window; OpenCode compacted it and went "
-                    "on (a window OpenCode is told, where LiteLLM's map knows it, lets it compact before that)")
+        warnings = (
+            *warnings,
+            "the conversation outgrew the model's context window; OpenCode compacted it and went "
+            "on (a window OpenCode is told, where LiteLLM's map knows it, lets it compact before that)",
+        )
     # The answer is what the model sent through the endpoint: OpenCode's output can be written to by
     # the agent (a plugin's code runs in OpenCode, a tool can open its stdout through /proc).
     relayed = relayed_text(happened.records)
     text = final_text(happened.events) if relayed is None else relayed
     result = RunResult(
-        run_id=happened.run_id, text=text, session_id=happened.session_id, stop_reason=stop_reason,
-        model=happened.model, mode=happened.mode, usage=usage, cost=cost, requests=happened.records,
-        events=happened.events, error=error, warnings=(*warnings, *happened.warnings),
-        duration_s=happened.duration_s, files=happened.files, sandbox=happened.sandbox,
+        run_id=happened.run_id,
+        text=text,
+        session_id=happened.session_id,
+        stop_reason=stop_reason,
+        model=happened.model,
+        mode=happened.mode,
+        usage=usage,
+        cost=cost,
+        requests=happened.records,
+        events=happened.events,
+        error=error,
+        warnings=(*warnings, *happened.warnings),
+        duration_s=happened.duration_s,
+        files=happened.files,
+        sandbox=happened.sandbox,
     )
     if output is None or stop_reason != "done":
         return result
@@ -90,8 +104,7 @@ def _ending(happened: Happened) -> tuple[StopReason, GatewayError | None]:
             return "max_turns", TurnLimitReached(str(happened.refusal))
         return "budget_exceeded", BudgetExceeded(str(happened.refusal))
     if happened.exit.timed_out:
-        return "timeout", RunTimeout(f"the run exceeded its timeout of {happened.timeout:g} s and OpenCode was "
-                                     "stopped")
+        return "timeout", RunTimeout(f"the run exceeded its timeout of {happened.timeout:g} s and OpenCode was stopped")
     error = _run_error(happened.events, happened.records, happened.exit, happened.fatal)
     if isinstance(error, UpstreamError) and error.status_code < 500 and is_budget_error(str(error).encode()):
         return "budget_exceeded", BudgetExceeded(str(error))  # the gateway's budget
@@ -106,15 +119,17 @@ def _compacted_after_overflow(events: Sequence[Event], records: Sequence[Request
     if not errors or any(e.name != "ContextOverflowError" for e in errors):
         return False
     compactions = [i for i, r in enumerate(records) if r.purpose == "compaction" and r.ok]
-    after = records[compactions[-1] + 1:] if compactions else ()
+    after = records[compactions[-1] + 1 :] if compactions else ()
     return any(r.purpose == "main" for r in after) and all(r.ok for r in after)
 
 
-def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit: ProcessExit,
-               fatal: RequestRecord | None) -> GatewayError | None:
+def _run_error(
+    events: Sequence[Event], records: Sequence[RequestRecord], exit: ProcessExit, fatal: RequestRecord | None
+) -> GatewayError | None:
     if fatal is not None:
-        return UpstreamError(fatal.error or f"upstream answered HTTP {fatal.status_code}",
-                             status_code=fatal.status_code)
+        return UpstreamError(
+            fatal.error or f"upstream answered HTTP {fatal.status_code}", status_code=fatal.status_code
+        )
     if _compacted_after_overflow(events, records):
         return None
     error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
@@ -127,6 +142,9 @@ def _run_error(events: Sequence[Event], records: Sequence[RequestRecord], exit: 
         return OpenCodeError(f"OpenCode reported {error_event.name}: {error_event.message}", name=error_event.name)
     if exit.exit_code:
         last = exit.stderr_tail.strip().splitlines()[-1:] or ["(no stderr)"]
-        return OpenCodeFailed(f"opencode exited with code {exit.exit_code}: {last[0]}", exit_code=exit.exit_code,
-                              stderr_tail=exit.stderr_tail)
+        return OpenCodeFailed(
+            f"opencode exited with code {exit.exit_code}: {last[0]}",
+            exit_code=exit.exit_code,
+            stderr_tail=exit.stderr_tail,
+        )
     return None

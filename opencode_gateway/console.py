@@ -83,16 +83,19 @@ class RunView:
         self._live.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._flush()
         self._live.stop()
 
     def __rich__(self) -> RenderableType:
         """What rich redraws: the line being streamed, then the status line."""
         cost = "cost unknown" if self.cost is None else f"${self.cost:.6f}"
-        status = (f"{elapsed(time.monotonic() - self.started)} · {self.model} · {self.requests} "
-                  f"request{'s' if self.requests != 1 else ''} · {self.tokens:,} tokens · {cost} · {self.activity}")
+        status = (
+            f"{elapsed(time.monotonic() - self.started)} · {self.model} · {self.requests} "
+            f"request{'s' if self.requests != 1 else ''} · {self.tokens:,} tokens · {cost} · {self.activity}"
+        )
         self._spinner.text = RichText(status, style="dim")
         return Group(RichText(_shown(self._line)), self._spinner) if self._line else self._spinner
 
@@ -123,8 +126,12 @@ class RunView:
             self.requests += 1
             self.tokens, self.cost = event.run_tokens, event.run_cost
         elif isinstance(event, UpstreamRetry):
-            self._print(RichText(f"! the upstream answered {event.status_code}: retry {event.attempt} in "
-                                 f"{event.delay_s:g} s", style="yellow"))
+            self._print(
+                RichText(
+                    f"! the upstream answered {event.status_code}: retry {event.attempt} in {event.delay_s:g} s",
+                    style="yellow",
+                )
+            )
         elif isinstance(event, Error):
             self._flush()
             self._print(RichText(f"✗ {event.name}: {_one_line(event.message)}", style="red"))
@@ -176,13 +183,23 @@ class BatchView:
     def __rich__(self) -> RenderableType:
         progress, now = self.progress, time.monotonic()
         table = Table(box=None, show_header=bool(progress.running), pad_edge=False)
-        for column, justify in (("task", "left"), ("time", "right"), ("requests", "right"), ("tokens", "right"),
-                                ("cost so far", "right")):
+        for column, justify in (
+            ("task", "left"),
+            ("time", "right"),
+            ("requests", "right"),
+            ("tokens", "right"),
+            ("cost so far", "right"),
+        ):
             table.add_column(column, justify=justify, style="dim" if column != "task" else None)  # type: ignore[arg-type]
         for task_id, last in list(progress.running.items()):
             cost = "-" if last is None else "unknown" if last.run_cost is None else f"${last.run_cost:.6f}"
-            table.add_row(task_id, elapsed(now - progress.since.get(task_id, now)),
-                          str(progress.requests.get(task_id, 0)), f"{last.run_tokens if last else 0:,}", cost)
+            table.add_row(
+                task_id,
+                elapsed(now - progress.since.get(task_id, now)),
+                str(progress.requests.get(task_id, 0)),
+                f"{last.run_tokens if last else 0:,}",
+                cost,
+            )
         return Group(table, RichText(progress.line(), style="bold"))
 
     def print(self, text: str) -> None:

@@ -24,10 +24,40 @@ _MIN_FOUND_LEN = 8
 _CREDENTIAL_WORDS = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH|_KEY$", re.I)
 # Prefixes of the variables LiteLLM reads provider credentials from (and its own).
 _PROVIDER_PREFIXES = (
-    "OPENAI_", "ANTHROPIC_", "LITELLM_", "AZURE_", "AWS_", "GEMINI_", "GOOGLE_", "VERTEX", "MISTRAL_",
-    "COHERE_", "GROQ_", "DEEPSEEK_", "OPENROUTER_", "TOGETHER", "FIREWORKS_", "XAI_", "HF_", "HUGGINGFACE",
-    "PERPLEXITY", "REPLICATE_", "DATABRICKS_", "WATSONX_", "BEDROCK", "NVIDIA_", "CEREBRAS_", "SAMBANOVA_",
-    "VOYAGE_", "OLLAMA_", "DASHSCOPE_", "MOONSHOT_", "ANYSCALE_", "DEEPINFRA_", "AI21_", "NLP_CLOUD_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "LITELLM_",
+    "AZURE_",
+    "AWS_",
+    "GEMINI_",
+    "GOOGLE_",
+    "VERTEX",
+    "MISTRAL_",
+    "COHERE_",
+    "GROQ_",
+    "DEEPSEEK_",
+    "OPENROUTER_",
+    "TOGETHER",
+    "FIREWORKS_",
+    "XAI_",
+    "HF_",
+    "HUGGINGFACE",
+    "PERPLEXITY",
+    "REPLICATE_",
+    "DATABRICKS_",
+    "WATSONX_",
+    "BEDROCK",
+    "NVIDIA_",
+    "CEREBRAS_",
+    "SAMBANOVA_",
+    "VOYAGE_",
+    "OLLAMA_",
+    "DASHSCOPE_",
+    "MOONSHOT_",
+    "ANYSCALE_",
+    "DEEPINFRA_",
+    "AI21_",
+    "NLP_CLOUD_",
 )
 
 
@@ -39,8 +69,11 @@ def is_credential(name: str) -> bool:
 def gateway_keys(environ: Mapping[str, str], explicit: Iterable[str | None]) -> tuple[str, ...]:
     """The keys the gateway itself may use: the ones it was given and, for SDK mode, every
     provider credential in its environment (litellm reads them by name)."""
-    found = (value for name, value in environ.items()
-             if name.upper().startswith(_PROVIDER_PREFIXES) and is_credential(name) and len(value) >= _MIN_FOUND_LEN)
+    found = (
+        value
+        for name, value in environ.items()
+        if name.upper().startswith(_PROVIDER_PREFIXES) and is_credential(name) and len(value) >= _MIN_FOUND_LEN
+    )
     return _unique([*(key for key in explicit if key), *found])
 
 

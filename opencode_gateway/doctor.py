@@ -45,8 +45,12 @@ def _opencode(settings: Settings) -> Check:
 def _ripgrep(settings: Settings) -> Check:
     found = shutil.which("rg")
     if found is None:
-        return Check("rg", False, "ripgrep is not on PATH: OpenCode's glob, grep and skill tools fail without it; "
-                                  "install it (apt-get install ripgrep)")
+        return Check(
+            "rg",
+            False,
+            "ripgrep is not on PATH: OpenCode's glob, grep and skill tools fail without it; "
+            "install it (apt-get install ripgrep)",
+        )
     return Check("rg", True, found)
 
 
@@ -57,9 +61,13 @@ def _sandbox(settings: Settings) -> Check:
     if settings.sandbox == "none":
         return Check("sandbox", True, "off (--sandbox none): OpenCode runs unconfined")
     if problem is None:
-        return Check("sandbox", True, "bubblewrap confines every run: no capability inside (as root too), seccomp "
-                     f"denies TIOCSTI, ptrace and io_uring, the host from an allowlist (network: "
-                     f"{settings.sandbox_network})")
+        return Check(
+            "sandbox",
+            True,
+            "bubblewrap confines every run: no capability inside (as root too), seccomp "
+            f"denies TIOCSTI, ptrace and io_uring, the host from an allowlist (network: "
+            f"{settings.sandbox_network})",
+        )
     if settings.sandbox == "auto":
         return Check("sandbox", True, f"runs are NOT confined: {problem}; {INSTALL_HINT}")
     return Check("sandbox", False, f"--sandbox bwrap cannot work: {problem}; {INSTALL_HINT}")
@@ -91,8 +99,11 @@ def _gateway(settings: Settings) -> list[Check]:
     if not base:
         return [Check("gateway", False, "no gateway URL: set LITELLM_PROXY_API_BASE or pass --api-base")]
     group = settings.route.upstream_model
-    passed = [Check("reachable", True, base), Check("key", True, "accepted"),
-              Check("group", True, f"the key may use {group!r}")]
+    passed = [
+        Check("reachable", True, base),
+        Check("key", True, "accepted"),
+        Check("group", True, f"the key may use {group!r}"),
+    ]
     try:
         asyncio.run(check_gateway(gateway_base(base), settings.gateway_api_key, group))
         return passed
@@ -100,8 +111,11 @@ def _gateway(settings: Settings) -> list[Check]:
         failed, problem = [check.name for check in passed].index(exc.check), str(exc)
     except GatewayError as exc:  # a spent budget: reachable and known, but no call would pass
         failed, problem = 1, str(exc)
-    return [*passed[:failed], Check(passed[failed].name, False, problem),
-            *(Check(check.name, None, "not checked") for check in passed[failed + 1:])]
+    return [
+        *passed[:failed],
+        Check(passed[failed].name, False, problem),
+        *(Check(check.name, None, "not checked") for check in passed[failed + 1 :]),
+    ]
 
 
 def diagnose(settings: Settings) -> list[Check]:

@@ -123,4 +123,4 @@ class RunTimeout(GatewayError):
 def one_line(text: str, limit: int = 300) -> str:
     """An error text (a provider's message, a web server's HTML page) as one line of at most `limit`."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -16,6 +16,7 @@ that outlasts its deadline stops.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import math
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FileChange", "Snapshot", "Unlisted"]
+__all__ = ["FileChange", "Snapshot", "Unlisted", "changes", "snapshot"]
 
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 MAX_FILES = 100_000
@@ -114,8 +115,9 @@ class Snapshot:
                     raise Unlisted(f"{root} holds over {MAX_FILES:,} files")
         return cls(root, entries)
 
-    def changes(self, after: Snapshot, *, deadline: float = math.inf,
-                max_diff_bytes: int = DEFAULT_MAX_DIFF_BYTES) -> tuple[tuple[FileChange, ...], tuple[str, ...]]:
+    def changes(
+        self, after: Snapshot, *, deadline: float = math.inf, max_diff_bytes: int = DEFAULT_MAX_DIFF_BYTES
+    ) -> tuple[tuple[FileChange, ...], tuple[str, ...]]:
         """What happened between this snapshot and `after`, sorted by path, with diffs computed
         until `deadline` (time.monotonic()) and cut at `max_diff_bytes`; and notes on what was
         left out (diffs the deadline left uncomputed, diffs cut)."""
@@ -133,8 +135,10 @@ class Snapshot:
         diffs = _diff_in_worker(pairs, deadline, max_diff_bytes)
         notes = []
         if len(diffs) < len(pairs):
-            notes.append(f"{len(pairs) - len(diffs)} file diffs were not computed by the run's deadline (their "
-                         "files are listed without one)")
+            notes.append(
+                f"{len(pairs) - len(diffs)} file diffs were not computed by the run's deadline (their "
+                "files are listed without one)"
+            )
         cut = sum(diff.endswith(_cut_note(max_diff_bytes)) for diff in diffs.values())
         if cut:
             notes.append(f"{cut} file diffs are cut at {max_diff_bytes:,} bytes (diff_max_bytes)")
@@ -154,24 +158,28 @@ def _cut_note(cap: int) -> str:
 
 def _diff(path: str, change: str, before: list[str], after: list[str], cap: int) -> str:
     """A unified diff (git's headers), cut at `cap` bytes."""
-    lines = difflib.unified_diff(before, after, "/dev/null" if change == "created" else f"a/{path}",
-                                 "/dev/null" if change == "deleted" else f"b/{path}")
+    lines = difflib.unified_diff(
+        before,
+        after,
+        "/dev/null" if change == "created" else f"a/{path}",
+        "/dev/null" if change == "deleted" else f"b/{path}",
+    )
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
     if len(text.encode()) <= cap:
         return text
     return text.encode()[:cap].decode(errors="ignore").rsplit("\n", 1)[0] + "\n" + _cut_note(cap)
 
 
-def _diff_in_worker(pairs: Mapping[str, tuple[str, list[str], list[str]]], deadline: float,
-                    cap: int) -> dict[str, str]:
+def _diff_in_worker(pairs: Mapping[str, tuple[str, list[str], list[str]]], deadline: float, cap: int) -> dict[str, str]:
     """The diffs the worker (this module, run as a process) finished by `deadline`, smallest file
     first; then it is killed."""
     if not pairs or time.monotonic() >= deadline:
         return {}
     order = sorted(pairs, key=lambda path: sum(map(len, pairs[path][1])) + sum(map(len, pairs[path][2])))
     work = pickle.dumps(([(path, *pairs[path]) for path in order], cap))
-    worker = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     try:
         remaining = None if deadline == math.inf else max(deadline - time.monotonic(), 0.001)
         out, _ = worker.communicate(work, timeout=remaining)
@@ -199,3 +207,24 @@ def _work() -> None:
 
 if __name__ == "__main__":
     _work()
+
+
+async def snapshot(workdir: Path, max_file_bytes: int, deadline: float, warnings: list[str]) -> Snapshot | None:
+    """The workdir's files, for RunResult.files; None (and a warning) when there are too many."""
+    try:
+        return await asyncio.to_thread(Snapshot.take, workdir, max_file_bytes=max_file_bytes, deadline=deadline)
+    except Unlisted as exc:
+        warnings.append(f"file changes are not listed: {exc}")
+        return None
+
+
+async def changes(
+    before: Snapshot | None, workdir: Path, max_bytes: int, deadline: float, warnings: list[str]
+) -> tuple[FileChange, ...]:
+    """What the run changed in its workdir, diffs computed until the deadline."""
+    after = None if before is None else await snapshot(workdir, max_bytes, deadline, warnings)
+    if before is None or after is None:
+        return ()
+    files, notes = await asyncio.to_thread(before.changes, after, deadline=deadline, max_diff_bytes=max_bytes)
+    warnings.extend(notes)
+    return files

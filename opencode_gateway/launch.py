@@ -38,8 +38,16 @@ from .opencode.workspace import Workspace
 from .settings import RunSettings, Settings, check_attribution
 from .wiring import opencode_env
 
-__all__ = ["Launch", "ServerState", "launch_env", "mint_launch", "run_opencode", "server_socket", "server_token",
-           "shell_exports"]
+__all__ = [
+    "Launch",
+    "ServerState",
+    "launch_env",
+    "mint_launch",
+    "run_opencode",
+    "server_socket",
+    "server_token",
+    "shell_exports",
+]
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,24 @@ class Launch:
     launch_id: str = field(default_factory=lambda: "launch_" + uuid.uuid4().hex[:12])
 
     def to_request(self) -> dict[str, Any]:
-        budget = {k: v for k, v in (("max_cost", self.budget.max_cost), ("max_requests", self.budget.max_requests),
-                                    ("max_tokens", self.budget.max_tokens), ("max_turns", self.budget.max_turns))
-                  if v is not None}
-        return {"metadata": dict(self.metadata), "tags": list(self.tags), "workdir": self.workdir, "budget": budget,
-                "model": self.model, "small_model": self.small_model}
+        budget = {
+            k: v
+            for k, v in (
+                ("max_cost", self.budget.max_cost),
+                ("max_requests", self.budget.max_requests),
+                ("max_tokens", self.budget.max_tokens),
+                ("max_turns", self.budget.max_turns),
+            )
+            if v is not None
+        }
+        return {
+            "metadata": dict(self.metadata),
+            "tags": list(self.tags),
+            "workdir": self.workdir,
+            "budget": budget,
+            "model": self.model,
+            "small_model": self.small_model,
+        }
 
     @classmethod
     def from_request(cls, data: Any, tag_metadata_keys: tuple[str, ...]) -> Launch:
@@ -73,8 +94,10 @@ class Launch:
             raise SettingsError("a launch's metadata is an object, its tags a list, its workdir a path")
         model, small_model = data.get("model"), data.get("small_model")
         if not isinstance(model, str) or not model.strip() or not isinstance(small_model, (str, type(None))):
-            raise SettingsError("a launch names its model (and may name a small model): every request of the launch "
-                                "goes to one of them, e.g. {\"model\": \"litellm_proxy/team-a\"}")
+            raise SettingsError(
+                "a launch names its model (and may name a small model): every request of the launch "
+                'goes to one of them, e.g. {"model": "litellm_proxy/team-a"}'
+            )
         check_attribution(tags, metadata, tag_metadata_keys)
         budget = Budget.from_setting("budget", data.get("budget") or {})
         return cls(MappingProxyType(dict(metadata)), tuple(tags), workdir, budget, model, small_model or None)
@@ -105,8 +128,9 @@ def login_url(data_dir: Path) -> str:
         response = httpx.post(server.url + "/login-codes", headers={"authorization": f"Bearer {token}"}, timeout=5.0)
         return str(response.raise_for_status().json()["login_url"])
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise SettingsError(f"the server at {server.url} gave no login URL ({exc}): is it this data dir's "
-                            f"server? ({data_dir})") from None
+        raise SettingsError(
+            f"the server at {server.url} gave no login URL ({exc}): is it this data dir's server? ({data_dir})"
+        ) from None
 
 
 def server_token(data_dir: Path) -> Path:
@@ -161,8 +185,12 @@ def mint_launch(server: ServerState, launch: Launch) -> str:
     """Ask the running server for `launch`'s own token (the launcher's side of `POST /launches`)."""
     admin = Path(server.token_file).read_text().strip()
     try:
-        response = httpx.post(server.url + "/launches", json=launch.to_request(),
-                              headers={"authorization": f"Bearer {admin}"}, timeout=10.0)
+        response = httpx.post(
+            server.url + "/launches",
+            json=launch.to_request(),
+            headers={"authorization": f"Bearer {admin}"},
+            timeout=10.0,
+        )
     except httpx.HTTPError as exc:
         raise SettingsError(f"the opencode-gateway server at {server.url} does not answer ({exc})") from None
     if response.status_code != 200:
@@ -185,16 +213,17 @@ def _workspace(settings: Settings, launch_id: str) -> Workspace:
 def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> dict[str, str]:
     """The environment of an OpenCode launched against `server`, on `settings.model`, with a token
     the server minted for this launch's model, attribution and budget (a 0600 file)."""
-    launch = Launch(settings.metadata, settings.tags, str(workdir), settings.budget, settings.model,
-                    settings.small_model)
+    launch = Launch(
+        settings.metadata, settings.tags, str(workdir), settings.budget, settings.model, settings.small_model
+    )
     workspace = _workspace(settings, launch.launch_id)
     workspace.prepare()
-    return opencode_env(settings, workspace, endpoint_url=server.url, token=mint_launch(server, launch),
-                        workdir=workdir)
+    return opencode_env(
+        settings, workspace, endpoint_url=server.url, token=mint_launch(server, launch), workdir=workdir
+    )
 
 
-def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str],
-                 env: Mapping[str, str]) -> int:
+def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence[str], env: Mapping[str, str]) -> int:
     """Run OpenCode (the TUI shares the terminal) until it exits, in the sandbox `settings.sandbox`
     comes to: under bwrap it reaches the server through the server's unix socket, bridged to the
     port its config names, sees its own launch's workspace only, and git's control files of the
@@ -211,10 +240,16 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
     workdir = Path(env["PWD"])
     git = GitControl.take(workdir)
     argv, confined_env, seccomp = Workspace(private, private / "data").confine(
-        [binary, *arguments], env, settings.sandbox_config, settings.gateway_files, workdir=workdir,
+        [binary, *arguments],
+        env,
+        settings.sandbox_config,
+        settings.gateway_files,
+        workdir=workdir,
         port=urlsplit(server.url).port or 80,
         socket_path=server_socket(settings.data_dir) if settings.sandbox_network == "endpoint" else None,
-        new_session=False, git=git)
+        new_session=False,
+        git=git,
+    )
     process = subprocess.Popen(argv, env=confined_env, pass_fds=(seccomp,))
     os.close(seccomp)
     try:
@@ -230,7 +265,8 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
 
 def shell_exports(env: Mapping[str, str], inherited: Mapping[str, str] = os.environ) -> str:
     """Shell lines that turn `inherited` into `env`: exports of what differs, unsets of what goes."""
-    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())
-             if inherited.get(name) != value]
+    lines = [
+        f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items()) if inherited.get(name) != value
+    ]
     lines += [f"unset {name}" for name in sorted(inherited) if name not in env]
     return "\n".join(lines) + "\n"

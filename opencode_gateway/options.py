@@ -72,9 +72,24 @@ class RunOptions(TypedDict, total=False):
 
 
 PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
-TASK_OPTIONS = ("model", "small_model", "metadata", "tags", "workdir", "permissions", "disable_tools", "agent",
-                "instructions",
-                "skills", "output", "timeout", "max_cost", "max_requests", "max_tokens", "max_turns")
+TASK_OPTIONS = (
+    "model",
+    "small_model",
+    "metadata",
+    "tags",
+    "workdir",
+    "permissions",
+    "disable_tools",
+    "agent",
+    "instructions",
+    "skills",
+    "output",
+    "timeout",
+    "max_cost",
+    "max_requests",
+    "max_tokens",
+    "max_turns",
+)
 
 
 def task_kinds() -> dict[str, tuple[type, ...]]:
@@ -88,9 +103,13 @@ def shows_options(function: F) -> F:
     type checker sees it through Unpack[RunOptions] (left out: UNSET, "not given")."""
     hints = typing.get_type_hints(RunOptions)
     signature = inspect.signature(function)
-    parameters = [signature.parameters["prompt"], *(
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=UNSET, annotation=hints[name])
-        for name in RunOptions.__annotations__)]
+    parameters = [
+        signature.parameters["prompt"],
+        *(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=UNSET, annotation=hints[name])
+            for name in RunOptions.__annotations__
+        ),
+    ]
     function.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     function.__doc__ = f"{inspect.cleandoc(function.__doc__ or '')}\n\n{inspect.cleandoc(RunOptions.__doc__ or '')}"
     return function

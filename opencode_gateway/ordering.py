@@ -27,8 +27,11 @@ def _result_ids(body: Mapping[str, Any]) -> set[str]:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return set()
-    return {m["tool_call_id"] for m in messages
-            if isinstance(m, dict) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)}
+    return {
+        m["tool_call_id"]
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)
+    }
 
 
 class CausalOrder:

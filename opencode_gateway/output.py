@@ -43,13 +43,17 @@ class OutputSpec:
 
     def instructions(self) -> str:
         schema = json.dumps(self.schema, indent=2)
-        return ("# Final answer format\n\nWhen the task is done, end your final message with exactly one JSON "
-                "object that matches this JSON schema. Put nothing after it. It is read by a program, so it "
-                f"must be valid JSON and match the schema exactly.\n\n```json\n{schema}\n```\n")
+        return (
+            "# Final answer format\n\nWhen the task is done, end your final message with exactly one JSON "
+            "object that matches this JSON schema. Put nothing after it. It is read by a program, so it "
+            f"must be valid JSON and match the schema exactly.\n\n```json\n{schema}\n```\n"
+        )
 
     def prompt_suffix(self) -> str:
-        return ("\n\nEnd your final answer with one JSON object that matches the JSON schema in your "
-                "instructions (\"Final answer format\").")
+        return (
+            "\n\nEnd your final answer with one JSON object that matches the JSON schema in your "
+            'instructions ("Final answer format").'
+        )
 
     def parse(self, text: str) -> tuple[Any, str | None]:
         """(the validated value, None), or (None, what is wrong with the answer)."""

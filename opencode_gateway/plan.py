@@ -42,8 +42,9 @@ class Plan:
     sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
     notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
 
-    async def execute(self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False,
-                      ledger: RunLedger | None = None) -> RunResult:
+    async def execute(
+        self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False, ledger: RunLedger | None = None
+    ) -> RunResult:
         """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
         The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
         sends them to the driver's)."""
@@ -61,8 +62,10 @@ def _check_session(settings: Settings, session_id: str | None, workdir: Path) ->
         raise SettingsError(f"no kept session {session_id} under {settings.data_dir}: it cannot be continued")
     started_in = session_directory(store, session_id)
     if started_in is not None and started_in.resolve() != workdir:
-        raise SettingsError(f"session {session_id} was started in {started_in}, and OpenCode continues a session only "
-                            f"in its own folder: run it with --workdir {started_in} (workdir= in the Python API)")
+        raise SettingsError(
+            f"session {session_id} was started in {started_in}, and OpenCode continues a session only "
+            f"in its own folder: run it with --workdir {started_in} (workdir= in the Python API)"
+        )
     return store
 
 
@@ -70,11 +73,13 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     if options.get("tools") is not None:
         raise CapabilityUnsupported(
             "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
-            "headless run cannot call back into Python; give the agent a command (it has bash) or a skill instead")
+            "headless run cannot call back into Python; give the agent a command (it has bash) or a skill instead"
+        )
     if options.get("history") is not None:
         raise CapabilityUnsupported(
             "a conversation history cannot be injected: OpenCode keeps its own sessions; continue an earlier run "
-            "with session_id=<its RunResult.session_id>")
+            "with session_id=<its RunResult.session_id>"
+        )
     overrides: dict[str, Any] = {name: value for name, value in options.items() if name not in PER_RUN}
     if overrides.get("skills") is not None:
         overrides["skills"] = [str(folder) for folder in overrides["skills"]]
@@ -100,7 +105,15 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     resumed_store = _check_session(settings, session_id, cwd)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
-    return Plan(settings=settings, prompt=prompt + (spec.prompt_suffix() if spec else ""), workdir=cwd,
-                binary=find_opencode(settings.opencode_bin, settings.data_dir), session_id=session_id,
-                resumed_store=resumed_store, skills=loaded_skills, output=spec, sandbox=confinement,
-                notes=tuple(notes))
+    return Plan(
+        settings=settings,
+        prompt=prompt + (spec.prompt_suffix() if spec else ""),
+        workdir=cwd,
+        binary=find_opencode(settings.opencode_bin, settings.data_dir),
+        session_id=session_id,
+        resumed_store=resumed_store,
+        skills=loaded_skills,
+        output=spec,
+        sandbox=confinement,
+        notes=tuple(notes),
+    )

@@ -44,18 +44,26 @@ def check_providers(models: Iterable[str], *, api_key: str | None, api_base: str
             litellm.get_llm_provider(model, api_base=api_base)
         except Exception:  # litellm's BadRequestError, or ValueError for a malformed string
             entries = litellm.model_cost
-            providers = {name: str(entry.get("litellm_provider", "")) for name, entry in entries.items()
-                         if isinstance(entry, dict)}
+            providers = {
+                name: str(entry.get("litellm_provider", ""))
+                for name, entry in entries.items()
+                if isinstance(entry, dict)
+            }
             raise PreflightError(
                 f"litellm knows no provider for model {model!r}: name it provider/model, e.g. openai/gpt-4o-mini or "
-                f"anthropic/claude-sonnet-4-5{_suggestion(model, entries, providers)}", check="provider") from None
+                f"anthropic/claude-sonnet-4-5{_suggestion(model, entries, providers)}",
+                check="provider",
+            ) from None
         if api_key:
             continue
         needed = litellm.validate_environment(model=model, api_base=api_base).get("missing_keys") or []
         keys = [name for name in needed if str(name).endswith("_API_KEY")]
         if keys:
-            raise PreflightError(f"{keys[0]} is not set, and litellm needs it for {model}: export it, or pass "
-                                 "--api-key (or --api-key-file)", check="key")
+            raise PreflightError(
+                f"{keys[0]} is not set, and litellm needs it for {model}: export it, or pass "
+                "--api-key (or --api-key-file)",
+                check="key",
+            )
 
 
 class Preflight:
@@ -105,7 +113,10 @@ async def _checks(settings: RunSettings) -> None:
         from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
 
         await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key, group)
-    models = [m for m in (settings.model, settings.small_model, *settings.routes.values())
-              if m and ModelRoute.of(m).mode == "sdk"]
+    models = [
+        m
+        for m in (settings.model, settings.small_model, *settings.routes.values())
+        if m and ModelRoute.of(m).mode == "sdk"
+    ]
     if models:
         await asyncio.to_thread(check_providers, models, api_key=settings.api_key, api_base=settings.api_base)

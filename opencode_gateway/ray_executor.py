@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._litellm import owning_loop
-from .accounting.budget import Spent
+from .accounting.budget import Spent, period_caps
 from .accounting.ledger import Ledger, this_process
 from .accounting.records import RequestRecord, RunUsage
 from .batch import Batch, Outcome, Task, run_task
@@ -66,10 +66,33 @@ class _QueuedLedger:
     def record_request(self, run_id: str, record: RequestRecord) -> None:
         self.queue.put(("record", run_id, record))
 
-    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
-                   error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:
-        self.queue.put(("update", run_id, dict(ended_at=ended_at, session_id=session_id, stop_reason=stop_reason,
-                                               error=error, usage=usage, cost=cost, unpriced=unpriced)))
+    def update_run(
+        self,
+        *,
+        run_id: str,
+        ended_at: float | None,
+        session_id: str | None,
+        stop_reason: str | None,
+        error: str | None,
+        usage: RunUsage,
+        cost: float | None,
+        unpriced: int,
+    ) -> None:
+        self.queue.put(
+            (
+                "update",
+                run_id,
+                dict(
+                    ended_at=ended_at,
+                    session_id=session_id,
+                    stop_reason=stop_reason,
+                    error=error,
+                    usage=usage,
+                    cost=cost,
+                    unpriced=unpriced,
+                ),
+            )
+        )
 
     def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
         return self._asking.submit(self._ask, key, value, since)
@@ -83,8 +106,9 @@ class _QueuedLedger:
         """Nothing to wait for: every put is already with the driver."""
 
 
-def _on_worker(task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any], queue: Any,
-               answers: Any) -> Outcome:
+def _on_worker(
+    task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any], queue: Any, answers: Any
+) -> Outcome:
     """A batch task in a Ray worker process: the run, its rows and its progress sent to the driver."""
     refuse_inspection()  # the worker holds the keys too
 
@@ -107,8 +131,9 @@ def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:
 class RayExecutor:
     """Runs batch tasks as Ray tasks; this process (the driver) writes their ledger rows."""
 
-    def __init__(self, ledger_path: Path, *, address: str | None = None, num_cpus: float = 1.0,
-                 max_retries: int = 1) -> None:
+    def __init__(
+        self, ledger_path: Path, *, address: str | None = None, num_cpus: float = 1.0, max_retries: int = 1
+    ) -> None:
         ray = load_ray()
         self._ray = ray
         self._started_ray = not ray.is_initialized()
@@ -117,8 +142,9 @@ class RayExecutor:
         from ray.util.queue import Queue
 
         self._queue = Queue()
-        self._remote = ray.remote(_on_worker).options(num_cpus=num_cpus, max_retries=max_retries,
-                                                      retry_exceptions=False)
+        self._remote = ray.remote(_on_worker).options(
+            num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
+        )
         self.ledger = Ledger(ledger_path)
         self._queues = Queue
         self._listeners: dict[str, Callable[[Event], None]] = {}
@@ -126,23 +152,35 @@ class RayExecutor:
         self._open: dict[str, str] = {}  # task id -> the run of its current attempt, until it closes
         self._draining: asyncio.Task[None] | None = None
 
-    async def run(self, task: Task, batch: Batch, settings: Settings, options: Mapping[str, Any],
-                  on_event: Callable[[Event], None]) -> Outcome:
+    async def run(
+        self,
+        task: Task,
+        batch: Batch,
+        settings: Settings,
+        options: Mapping[str, Any],
+        on_event: Callable[[Event], None],
+    ) -> Outcome:
         if self._draining is None:
             self._draining = asyncio.ensure_future(self._drain_every(0.25))
         self._listeners[task.id] = on_event
-        if settings.period_caps({**settings.metadata, **options.get("metadata", {})}):  # it will ask what was spent
+        if period_caps(
+            settings.budgets, {**settings.metadata, **options.get("metadata", {})}
+        ):  # it will ask what was spent
             self._answers[task.id] = self._queues()
-        ref = self._remote.remote(task, batch, _shipped(settings, options), dict(options), self._queue,
-                                  self._answers.get(task.id))
+        ref = self._remote.remote(
+            task, batch, _shipped(settings, options), dict(options), self._queue, self._answers.get(task.id)
+        )
         try:
             outcome: Outcome = await ref
         except asyncio.CancelledError:  # Ctrl-C: the task is cancelled on the cluster too
             self._ray.cancel(ref, force=True)
             raise
         except self._ray.exceptions.RayError as exc:  # every attempt's worker died
-            outcome = Outcome(task.id, None, GatewayError(
-                f"task {task.id} failed on Ray on every attempt: {type(exc).__name__}: {str(exc)[:300]}"))
+            outcome = Outcome(
+                task.id,
+                None,
+                GatewayError(f"task {task.id} failed on Ray on every attempt: {type(exc).__name__}: {str(exc)[:300]}"),
+            )
         self._drain()
         abandoned = self._open.pop(task.id, None)
         if abandoned is not None:  # its worker died mid-run and no attempt closed it

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .accounting.budget import period_caps
 from .accounting.ledger import Ledger
 from .accounting.pricing import Pricer
 from .accounting.records import Purpose, RequestRecord
@@ -60,15 +61,25 @@ class _SessionRun:
         self.session_id = session_id
         self.model = launch.model
         self.metadata = {**settings.metadata, **launch.metadata}
-        self.account = RunAccount(pricer=router.pricer, keep_records=False, on_record=self.recorded,
-                                  ledger=router.ledger, limits=limits)
-        self.tagging = Tagging((*settings.tags, *launch.tags), MappingProxyType(self.metadata),
-                               session_id=self.account.run_id, tag_metadata_keys=settings.tag_metadata_keys)
+        self.account = RunAccount(
+            pricer=router.pricer, keep_records=False, on_record=self.recorded, ledger=router.ledger, limits=limits
+        )
+        self.tagging = Tagging(
+            (*settings.tags, *launch.tags),
+            MappingProxyType(self.metadata),
+            session_id=self.account.run_id,
+            tag_metadata_keys=settings.tag_metadata_keys,
+        )
         self.targets: dict[str, Target] = {}
         self.ended_at = time.time()
-        self.account.open(model=launch.model, mode=ModelRoute.of(launch.model).mode,
-                          workdir=launch.workdir or "", metadata=self.metadata, tags=self.tagging.all_tags,
-                          session_id=session_id)
+        self.account.row.open(
+            model=launch.model,
+            mode=ModelRoute.of(launch.model).mode,
+            workdir=launch.workdir or "",
+            metadata=self.metadata,
+            tags=self.tagging.all_tags,
+            session_id=session_id,
+        )
 
     def target(self, model: str) -> Target:
         if model not in self.targets:
@@ -81,7 +92,7 @@ class _SessionRun:
         self.update(None)
 
     def update(self, stop_reason: str | None) -> None:
-        self.account.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
+        self.account.row.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
 
 
 class SessionRouter:
@@ -106,8 +117,12 @@ class SessionRouter:
         self.launches[token_digest(token)] = launch
         settings = self.settings
         self.limits[launch.launch_id] = RunAccount(
-            launch.budget.or_else(settings.budget_for(launch.model)), pricer=self.pricer, keep_records=False,
-            periods=settings.period_caps({**settings.metadata, **launch.metadata}), history=self.ledger)
+            launch.budget.or_else(settings.budget_for(launch.model)),
+            pricer=self.pricer,
+            keep_records=False,
+            periods=period_caps(settings.budgets, {**settings.metadata, **launch.metadata}),
+            history=self.ledger,
+        )
         return token
 
     def authorized(self, token: str) -> bool:
@@ -120,8 +135,10 @@ class SessionRouter:
     def upstream(self, model: str) -> Upstream:
         if model not in self.upstreams:
             if ModelRoute.of(model).mode == "gateway" and not self.settings.gateway_api_base:
-                raise BadRequest(f"model {model} routes through a LiteLLM gateway, but this server has no gateway "
-                                 "URL: restart it with --api-base URL (or LITELLM_PROXY_API_BASE)")
+                raise BadRequest(
+                    f"model {model} routes through a LiteLLM gateway, but this server has no gateway "
+                    "URL: restart it with --api-base URL (or LITELLM_PROXY_API_BASE)"
+                )
             self.upstreams[model] = upstream_for(self.settings, model)
         return self.upstreams[model]
 
@@ -146,10 +163,18 @@ class SessionRouter:
         return {
             "since": self.started_at,
             **self.totals.summary(),
-            "sessions": [{"session_id": run.session_id, "run_id": run.account.run_id, "launch_id": run.launch.launch_id,
-                          "model": run.model, "metadata": run.metadata, "last_request_at": run.ended_at,
-                          **run.account.totals.summary()}
-                         for run in self.sessions.values()],
+            "sessions": [
+                {
+                    "session_id": run.session_id,
+                    "run_id": run.account.run_id,
+                    "launch_id": run.launch.launch_id,
+                    "model": run.model,
+                    "metadata": run.metadata,
+                    "last_request_at": run.ended_at,
+                    **run.account.totals.summary(),
+                }
+                for run in self.sessions.values()
+            ],
             "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},
         }
 
@@ -158,8 +183,9 @@ class SessionRouter:
             run.update("done")
 
 
-def server_app(settings: Settings, ledger: Ledger, admin_token: str,
-               access: DashboardAccess | None = None) -> tuple[Starlette, SessionRouter]:
+def server_app(
+    settings: Settings, ledger: Ledger, admin_token: str, access: DashboardAccess | None = None
+) -> tuple[Starlette, SessionRouter]:
     """The long-lived endpoint's app, and the router that keeps its launches and sessions. Model
     calls need a launch's token; `/launches` and `/stats` need the admin token; the dashboard (`/`)
     the admin token or a login's cookie (`access` hands out the logins)."""
@@ -179,20 +205,33 @@ def server_app(settings: Settings, ledger: Ledger, admin_token: str,
     async def statistics(request: Request) -> Response:
         return JSONResponse(router.stats()) if access.is_admin(request) else not_admin()
 
-    endpoint = Endpoint(router=router, secrets=(*settings.secrets, admin_token),
-                        pricer=router.pricer, estimate_usage=settings.estimate_usage,
-                        first_byte_timeout=settings.first_byte_timeout, max_body_bytes=settings.max_body_bytes)
-    routes = [Route("/launches", launches, methods=["POST"]), Route("/stats", statistics, methods=["GET"]),
-              *dashboard_routes(access, settings.ledger_path,
-                                lambda: list(reversed(router.stats()["sessions"])))]
+    endpoint = Endpoint(
+        router=router,
+        secrets=(*settings.secrets, admin_token),
+        pricer=router.pricer,
+        estimate_usage=settings.estimate_usage,
+        first_byte_timeout=settings.first_byte_timeout,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    routes = [
+        Route("/launches", launches, methods=["POST"]),
+        Route("/stats", statistics, methods=["GET"]),
+        *dashboard_routes(access, settings.ledger_path, lambda: list(reversed(router.stats()["sessions"]))),
+    ]
     return create_app(endpoint, routes), router
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,
-                on_ready: Callable[[str, str, str], None] | None = None) -> None:
+async def serve(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allow_remote: bool = False,
+    on_ready: Callable[[str, str, str], None] | None = None,
+) -> None:
     """Serve until SIGINT, SIGTERM or SIGHUP (or cancellation); then every session's run is closed.
     `on_ready(url, token file, the dashboard's one-time login URL)` once it listens."""
     try:
@@ -200,8 +239,10 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
     except SettingsError:
         pass  # none runs: the usual case
     else:
-        raise SettingsError(f"an opencode-gateway server already runs at {running.url} (pid {running.pid}) for "
-                            f"{settings.data_dir}: use it, or stop it first")
+        raise SettingsError(
+            f"an opencode-gateway server already runs at {running.url} (pid {running.pid}) for "
+            f"{settings.data_dir}: use it, or stop it first"
+        )
     check_routes("", settings.routes)  # what each route says (each launch's model is checked as it comes)
     token_file = server_token(settings.data_dir)
     ledger = Ledger(settings.ledger_path)
@@ -214,8 +255,9 @@ async def serve(settings: Settings, *, host: str = "127.0.0.1", port: int = 0, a
         listening = EndpointServer(app, host, port, allow_remote=allow_remote, unix_socket=socket_path)
     except OSError as exc:
         ledger.close()
-        raise SettingsError(f"cannot listen on {host}:{port} ({exc.strerror}): pass --port N (0 picks a free port)") \
-            from None
+        raise SettingsError(
+            f"cannot listen on {host}:{port} ({exc.strerror}): pass --port N (0 picks a free port)"
+        ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:

@@ -49,7 +49,7 @@ def _budget(name: str, value: Any) -> Budget | PeriodBudget:
 
 
 class _Unset:
-    """"Not given": keeps a setting as it is, where None would set it to none (as httpx's
+    """ "Not given": keeps a setting as it is, where None would set it to none (as httpx's
     USE_CLIENT_DEFAULT)."""
 
     def __repr__(self) -> str:
@@ -118,8 +118,10 @@ class Settings:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (a batch task shipped to a Ray worker) as plain values: a mappingproxy cannot be.
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return _unpickled, (type(self), {name: dict(value) if isinstance(value, MappingProxyType) else value
-                                         for name, value in values.items()})
+        return _unpickled, (
+            type(self),
+            {name: dict(value) if isinstance(value, MappingProxyType) else value for name, value in values.items()},
+        )
 
     @property
     def budget(self) -> Budget:
@@ -130,13 +132,8 @@ class Settings:
         """The limits of a run on `model`."""
         default = ModelRoute.of(model).setting(self.budgets)
         return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(
-            default if isinstance(default, Budget) else None)
-
-    def period_caps(self, metadata: Mapping[str, Any]) -> list[tuple[PeriodBudget, str]]:
-        """The caps per metadata value and period (`budgets:` entries with `per`) that apply to a
-        run with `metadata`, each with the run's value of its key."""
-        return [(cap, str(metadata[cap.key])) for cap in self.budgets.values()
-                if isinstance(cap, PeriodBudget) and cap.key in metadata]
+            default if isinstance(default, Budget) else None
+        )
 
     @property
     def ledger_path(self) -> Path:
@@ -154,8 +151,9 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed (None too: it clears an optional setting); a field
         given as UNSET keeps its value."""
-        return dataclasses.replace(self, **_typed({name: value for name, value in changes.items()
-                                                    if value is not UNSET}))
+        return dataclasses.replace(
+            self, **_typed({name: value for name, value in changes.items() if value is not UNSET})
+        )
 
     def validated(self) -> RunSettings:
         """Check what can be checked before a run starts and read the environment once: the
@@ -174,14 +172,23 @@ class Settings:
 
     def passed_env(self) -> dict[str, str]:
         """The variables named by `env`, checked (opencode/agent.py)."""
-        return self.agent_config.passed_env(self._environ, gateway_keys(self._environ, (self.api_key,
-                                                                                       self.gateway_api_key)))
+        return self.agent_config.passed_env(
+            self._environ, gateway_keys(self._environ, (self.api_key, self.gateway_api_key))
+        )
 
     @property
     def agent_config(self) -> AgentConfig:
         """What OpenCode is told (opencode/agent.py)."""
-        return AgentConfig(self.model or "", self.small_model, self.agent, self.permissions, self.disable_tools,
-                           self.opencode_config, self.mcp, self.env)
+        return AgentConfig(
+            self.model or "",
+            self.small_model,
+            self.agent,
+            self.permissions,
+            self.disable_tools,
+            self.opencode_config,
+            self.mcp,
+            self.env,
+        )
 
     @property
     def sandbox_config(self) -> SandboxConfig:
@@ -213,24 +220,35 @@ def _typed(given: dict[str, Any]) -> dict[str, Any]:
     """Settings given as plain values (a file's, a caller's), as the fields hold them: mappings
     frozen, sequences tuples, prices and budgets checked and parsed."""
     if "pricing" in given:  # per model: a value, or a setting mapping to check and turn into one
-        given["pricing"] = _frozen({model: value if isinstance(value, Price) else
-                                    Price.from_setting(f"pricing.{model}", value)
-                                    for model, value in dict(given["pricing"]).items()})
+        given["pricing"] = _frozen(
+            {
+                model: value if isinstance(value, Price) else Price.from_setting(f"pricing.{model}", value)
+                for model, value in dict(given["pricing"]).items()
+            }
+        )
     if "budgets" in given:
         given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
     for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes"):
         if name in given:
             given[name] = _frozen(given[name])
-    for name in ("tags", "disable_tools", "tag_metadata_keys", "skills", "env", "sandbox_allow_write",
-                 "sandbox_allow_read"):
+    for name in (
+        "tags",
+        "disable_tools",
+        "tag_metadata_keys",
+        "skills",
+        "env",
+        "sandbox_allow_write",
+        "sandbox_allow_read",
+    ):
         if name in given:
             given[name] = tuple(given[name])
     return given
 
 
 def _unpickled(kind: type[Settings], values: dict[str, Any]) -> Settings:
-    thawed: dict[str, Any] = {name: MappingProxyType(value) if isinstance(value, dict) else value
-                              for name, value in values.items()}
+    thawed: dict[str, Any] = {
+        name: MappingProxyType(value) if isinstance(value, dict) else value for name, value in values.items()
+    }
     return kind(**thawed)
 
 
@@ -239,8 +257,7 @@ class RunSettings(Settings):
     """Settings that passed `validated()`: a model is set, and the environment was read."""
 
     model: str = ""
-    environ: Mapping[str, str] = field(default_factory=_frozen, repr=False, compare=False,
-                                       metadata={"setting": False})
+    environ: Mapping[str, str] = field(default_factory=_frozen, repr=False, compare=False, metadata={"setting": False})
 
 
 def _check(settings: RunSettings) -> None:
@@ -272,8 +289,9 @@ def _check(settings: RunSettings) -> None:
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
             raise SettingsError(f"{name} {value} is invalid: give a number above 0")
     settings.sandbox_config.check()
-    settings.agent_config.check(settings.environ, gateway_keys(settings.environ, (settings.api_key,
-                                                                                 settings.gateway_api_key)))
+    settings.agent_config.check(
+        settings.environ, gateway_keys(settings.environ, (settings.api_key, settings.gateway_api_key))
+    )
 
 
 def check_routes(model: str, routes: Mapping[str, str]) -> None:
@@ -295,7 +313,8 @@ def check_routes(model: str, routes: Mapping[str, str]) -> None:
             raise SettingsError(
                 f"routes.{purpose}: {target} takes {window[0]:,} input tokens, fewer than {model}'s {needed[0]:,}; a "
                 f"{purpose} request carries the whole conversation: route it to a model with at least that "
-                "window, or drop the route (it then goes where OpenCode sends it)")
+                "window, or drop the route (it then goes where OpenCode sends it)"
+            )
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -306,8 +325,11 @@ def json_kinds(annotation: Any) -> tuple[type, ...]:
     a text for str and paths, a list for sequences, an object for mappings and JSON schemas."""
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
-        return tuple(dict.fromkeys(kind for arg in typing.get_args(annotation) if arg is not type(None)
-                                   for kind in json_kinds(arg)))
+        return tuple(
+            dict.fromkeys(
+                kind for arg in typing.get_args(annotation) if arg is not type(None) for kind in json_kinds(arg)
+            )
+        )
     if annotation is float:
         return (int, float)
     if annotation in (str, int, bool):
@@ -325,10 +347,14 @@ def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_meta
     """Tags and metadata as the gateway can carry them: raises SettingsError naming the bad one."""
     for tag in tags:
         if not isinstance(tag, str) or not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
-            raise SettingsError(f"tag {tag!r} is invalid: tags are non-empty text with no comma, edge spaces "
-                                "or control characters (CR/LF)")
+            raise SettingsError(
+                f"tag {tag!r} is invalid: tags are non-empty text with no comma, edge spaces "
+                "or control characters (CR/LF)"
+            )
     for key in tag_metadata_keys:
         value = str(metadata.get(key, ""))
         if "," in value or _CONTROL.search(value):
-            raise SettingsError(f"metadata {key}={metadata[key]!r} contains a comma or a control character "
-                                f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it")
+            raise SettingsError(
+                f"metadata {key}={metadata[key]!r} contains a comma or a control character "
+                f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it"
+            )

@@ -86,8 +86,10 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
     for key, value in raw.items():
         if key not in _FILE_KEYS:
             close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
-            raise SettingsError(f"{file}: unknown setting {key!r}" + (f"; did you mean {close[0]}?" if close else
-                                f"; known settings: {', '.join(_FILE_KEYS)}"))
+            raise SettingsError(
+                f"{file}: unknown setting {key!r}"
+                + (f"; did you mean {close[0]}?" if close else f"; known settings: {', '.join(_FILE_KEYS)}")
+            )
         if value is None:
             continue
         value = _resolve_env(value, f"{file}: {key}")
@@ -100,9 +102,9 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
             value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
         if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
-            key_file = Path(beside(file, [value[len(FILE_PREFIX):]])[0])
+            key_file = Path(beside(file, [value[len(FILE_PREFIX) :]])[0])
             values["secret_files"] = (*values.get("secret_files", ()), key_file)
-            value = _key_from_file(file, value[len(FILE_PREFIX):])
+            value = _key_from_file(file, value[len(FILE_PREFIX) :])
         values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
     try:
         return base.replace(**values)  # which checks prices and budgets

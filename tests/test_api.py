@@ -22,8 +22,10 @@ from opencode_gateway.settings import Settings
 
 
 def test_run_arun_stream_and_astream_take_the_same_arguments() -> None:
-    parameters = {name: list(inspect.signature(f).parameters) for name, f in
-                  [("run", run), ("arun", arun), ("stream", stream), ("astream", astream)]}
+    parameters = {
+        name: list(inspect.signature(f).parameters)
+        for name, f in [("run", run), ("arun", arun), ("stream", stream), ("astream", astream)]
+    }
     assert len({tuple(p) for p in parameters.values()}) == 1
     assert parameters["run"][:3] == ["prompt", "model", "api_base"]
     for name in ("instructions", "skills", "output", "session_id", "max_cost", "settings", "tools", "history"):
@@ -35,12 +37,14 @@ def test_the_public_api_is_exported() -> None:
         assert getattr(opencode_gateway, name) is not None
 
 
-@pytest.mark.parametrize(("option", "reason"), [
-    ({"tools": [print]}, "custom Python tools are not supported: OpenCode runs its own tools"),
-    ({"history": [{"role": "user", "content": "hi"}]}, "continue an earlier run with session_id="),
-])
-def test_custom_tools_and_history_are_refused_before_anything_starts(option: dict, reason: str,
-                                                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("option", "reason"),
+    [
+        ({"tools": [print]}, "custom Python tools are not supported: OpenCode runs its own tools"),
+        ({"history": [{"role": "user", "content": "hi"}]}, "continue an earlier run with session_id="),
+    ],
+)
+def test_custom_tools_and_history_are_refused_before_anything_starts(option: dict, reason: str, tmp_path: Path) -> None:
     settings = Settings(opencode_bin=str(tmp_path / "never-started"), ledger=tmp_path / "ledger.db")
     with pytest.raises(CapabilityUnsupported, match=reason):
         run("Hi", model="openai/gpt-4o-mini", settings=settings, **option)
@@ -49,11 +53,14 @@ def test_custom_tools_and_history_are_refused_before_anything_starts(option: dic
     assert not (tmp_path / "ledger.db").exists()
 
 
-@pytest.mark.parametrize(("option", "message"), [
-    ({"output": {"type": 12}}, "output is not a valid JSON schema"),
-    ({"skills": ["/no/such/skill"]}, "skill folder /no/such/skill does not exist"),
-    ({"max_cost": -1}, "max_cost -1 is invalid"),
-])
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"output": {"type": 12}}, "output is not a valid JSON schema"),
+        ({"skills": ["/no/such/skill"]}, "skill folder /no/such/skill does not exist"),
+        ({"max_cost": -1}, "max_cost -1 is invalid"),
+    ],
+)
 def test_bad_arguments_raise_before_opencode_starts(option: dict, message: str, tmp_path: Path) -> None:
     settings = Settings(opencode_bin=str(tmp_path / "never-started"), ledger=tmp_path / "ledger.db")
     with pytest.raises(SettingsError, match=message):
@@ -77,5 +84,3 @@ def test_the_blocking_forms_refuse_to_run_inside_an_event_loop() -> None:
             next(stream("Hi", model="openai/gpt-4o-mini"))
 
     asyncio.run(inside())
-
-

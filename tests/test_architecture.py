@@ -34,7 +34,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 visit(node.body)
                 visit(node.orelse)
             elif isinstance(node, ast.ImportFrom):
-                base = package[:len(package) - node.level + 1] if node.level else []
+                base = package[: len(package) - node.level + 1] if node.level else []
                 target = ".".join([*base, *(node.module.split(".") if node.module else [])])
                 for alias in node.names:
                     found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
@@ -100,8 +100,13 @@ run("x", model="m", max_cost=None, workdir=".", tags=["a"])
 def test_a_type_checker_rejects_a_misspelt_option_and_a_wrong_type(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    checked = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(probe)],
-                             cwd=PACKAGE.parent, capture_output=True, text=True, timeout=600)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(probe)],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 2, checked.stdout
     assert ':4: error: Unexpected keyword argument "modle"' in errors[0]
@@ -110,18 +115,24 @@ def test_a_type_checker_rejects_a_misspelt_option_and_a_wrong_type(tmp_path: Pat
 
 def test_the_gateway_prefix_is_spelled_in_one_place() -> None:
     """`litellm_proxy/` as a value (not in a message) is GATEWAY_PREFIX, written once."""
-    spelled = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-               for node in ast.walk(ast.parse(path.read_text()))
-               if isinstance(node, ast.Constant) and node.value == "litellm_proxy/"]
+    spelled = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value == "litellm_proxy/"
+    ]
     assert spelled == ["litellm_gateway/protocol.py"]
 
 
 def test_a_model_string_is_parsed_by_model_route_alone() -> None:
     """Which way a model goes and its group's name come from ModelRoute: no module but the
     protocol reads GATEWAY_PREFIX (each that did re-parsed the string its own way)."""
-    reading = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                     for node in ast.walk(ast.parse(path.read_text()))
-                     if isinstance(node, ast.Name) and node.id == "GATEWAY_PREFIX")
+    reading = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Name) and node.id == "GATEWAY_PREFIX"
+    )
     assert set(reading) == {"litellm_gateway/protocol.py"}
 
 
@@ -141,16 +152,22 @@ def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_chec
 def test_opencode_and_endpoint_do_not_import_settings() -> None:
     """They take what they need (a protocol, or values); settings.py composes them, at the top."""
     modules = _modules()
-    importing = sorted(name for name, path in modules.items()
-                       if name.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))
-                       and "opencode_gateway.settings" in _imports(name, path, modules))
+    importing = sorted(
+        name
+        for name, path in modules.items()
+        if name.startswith(("opencode_gateway.opencode", "opencode_gateway.endpoint"))
+        and "opencode_gateway.settings" in _imports(name, path, modules)
+    )
     assert importing == []
 
 
 def test_no_module_is_over_400_lines() -> None:
     """A module a newcomer reads in one sitting (cli.py was 718 lines, runner.py 574)."""
-    long = sorted(f"{path.relative_to(PACKAGE)} ({lines} lines)" for path in PACKAGE.rglob("*.py")
-                  if (lines := len(path.read_text().splitlines())) > 400)
+    long = sorted(
+        f"{path.relative_to(PACKAGE)} ({lines} lines)"
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > 400
+    )
     assert long == []
 
 
@@ -158,10 +175,15 @@ def test_the_ledgers_sql_lives_in_the_ledger_package() -> None:
     """Every query of the ledger's tables is under accounting/ledger/ (report.py, dashboard/data.py
     and reconcile.py held SQL of their own, passed between modules as strings)."""
     tables = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+(runs|requests)\b")
-    holding = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                     if "accounting/ledger/" not in path.as_posix()
-                     and any(isinstance(node, ast.Constant) and isinstance(node.value, str) and tables.search(node.value)
-                             for node in ast.walk(ast.parse(path.read_text()))))
+    holding = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "accounting/ledger/" not in path.as_posix()
+        and any(
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and tables.search(node.value)
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
     assert holding == []
 
 
@@ -169,10 +191,16 @@ def test_end_to_end_tests_live_under_tests_e2e_each_file_marked() -> None:
     """The fast tier (`pytest`) is every test outside tests/e2e/; the end-to-end ones (real
     OpenCode, proxy, Ray, browser, terminal) are marked per file there, so `-m e2e` finds them all."""
     tests = Path(__file__).parent
-    unmarked = [str(path.relative_to(tests)) for path in (tests / "e2e").rglob("test_*.py")
-                if "pytestmark = pytest.mark.e2e" not in path.read_text()
-                and "pytestmark = [pytest.mark.e2e" not in path.read_text()]
+    unmarked = [
+        str(path.relative_to(tests))
+        for path in (tests / "e2e").rglob("test_*.py")
+        if "pytestmark = pytest.mark.e2e" not in path.read_text()
+        and "pytestmark = [pytest.mark.e2e" not in path.read_text()
+    ]
     assert unmarked == []
-    marked_elsewhere = sorted(str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
-                              if "e2e" not in path.relative_to(tests).parts and "mark.e2e" in path.read_text())
+    marked_elsewhere = sorted(
+        str(path.relative_to(tests))
+        for path in tests.rglob("test_*.py")
+        if "e2e" not in path.relative_to(tests).parts and "mark.e2e" in path.read_text()
+    )
     assert marked_elsewhere == ["test_architecture.py"]  # mypy over a probe file: slow, not end to end

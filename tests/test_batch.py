@@ -31,34 +31,61 @@ def tasks_file(tmp_path: Path, *lines: object) -> Path:
 
 
 def result(stop_reason: str = "done", cost: float | None = 0.25, requests: int = 2) -> RunResult:
-    return RunResult(run_id="run_x", text="", session_id=None, stop_reason=stop_reason, model="m", mode="sdk",
-                     usage=RunUsage(1000, 100, requests=requests), cost=cost, duration_s=12.0)
+    return RunResult(
+        run_id="run_x",
+        text="",
+        session_id=None,
+        stop_reason=stop_reason,
+        model="m",
+        mode="sdk",
+        usage=RunUsage(1000, 100, requests=requests),
+        cost=cost,
+        duration_s=12.0,
+    )
 
 
 def test_tasks_are_read_with_their_options_and_paths_beside_the_file(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
-    path = tasks_file(tmp_path, {"id": "t1", "prompt": "Fix it", "model": "openai/gpt-4o", "workdir": "repo",
-                                 "metadata": {"ticket": "ENG-1"}, "skills": ["skills/notes"], "max_cost": 1},
-                      "", {"id": "t2", "prompt": "Test it"})
+    path = tasks_file(
+        tmp_path,
+        {
+            "id": "t1",
+            "prompt": "Fix it",
+            "model": "openai/gpt-4o",
+            "workdir": "repo",
+            "metadata": {"ticket": "ENG-1"},
+            "skills": ["skills/notes"],
+            "max_cost": 1,
+        },
+        "",
+        {"id": "t2", "prompt": "Test it"},
+    )
     first, second = load_tasks(path)
     assert (first.id, first.prompt, first.template) == ("t1", "Fix it", tmp_path / "repo")
-    assert first.options == {"model": "openai/gpt-4o", "metadata": {"ticket": "ENG-1"},
-                             "skills": [str(tmp_path / "skills" / "notes")], "max_cost": 1}
+    assert first.options == {
+        "model": "openai/gpt-4o",
+        "metadata": {"ticket": "ENG-1"},
+        "skills": [str(tmp_path / "skills" / "notes")],
+        "max_cost": 1,
+    }
     assert (second.id, second.options, second.template) == ("t2", {}, None)
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ("{not json", "line 1: not JSON"),
-    ('["a list"]', "line 1: a task is a JSON object"),
-    ({"id": "t1"}, "task t1 has no prompt"),
-    ({"id": "../escape", "prompt": "x"}, "id '../escape' is invalid"),
-    ({"id": "..", "prompt": "x"}, "line 1: id '..' is invalid"),
-    ({"id": ".", "prompt": "x"}, "line 1: id '.' is invalid"),
-    ({"id": "t1", "prompt": "x", "modle": "m"}, "unknown key 'modle'"),
-    ({"id": "t1", "prompt": "x", "timeout": "soon"}, "timeout must be int or float"),
-    ({"id": "t1", "prompt": "x", "workdir": "absent"}, "is not a folder"),
-    ({"id": "t1", "prompt": "x", "metadata": {"task_id": "mine"}}, "metadata task_id is set by the batch itself"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "line 1: not JSON"),
+        ('["a list"]', "line 1: a task is a JSON object"),
+        ({"id": "t1"}, "task t1 has no prompt"),
+        ({"id": "../escape", "prompt": "x"}, "id '../escape' is invalid"),
+        ({"id": "..", "prompt": "x"}, "line 1: id '..' is invalid"),
+        ({"id": ".", "prompt": "x"}, "line 1: id '.' is invalid"),
+        ({"id": "t1", "prompt": "x", "modle": "m"}, "unknown key 'modle'"),
+        ({"id": "t1", "prompt": "x", "timeout": "soon"}, "timeout must be int or float"),
+        ({"id": "t1", "prompt": "x", "workdir": "absent"}, "is not a folder"),
+        ({"id": "t1", "prompt": "x", "metadata": {"task_id": "mine"}}, "metadata task_id is set by the batch itself"),
+    ],
+)
 def test_a_bad_line_is_named(tmp_path: Path, line: object, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_tasks(tasks_file(tmp_path, line))
@@ -83,8 +110,9 @@ def test_a_batch_lives_beside_its_file_under_a_stable_id(tmp_path: Path) -> None
 
 def test_progress_counts_done_failed_running_tokens_and_cost(tmp_path: Path) -> None:
     out = io.StringIO()
-    progress = Progress(Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=4,
-                        concurrency=2, out=out)
+    progress = Progress(
+        Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=4, concurrency=2, out=out
+    )
     assert not progress.live  # not a terminal: plain lines
     progress.started("t1")
     progress.started("t2")
@@ -101,20 +129,43 @@ def test_progress_counts_done_failed_running_tokens_and_cost(tmp_path: Path) -> 
 
 
 def test_the_summary_has_a_row_per_task_and_a_total() -> None:
-    table = summary([Outcome("t1", result()), Outcome("t2", result("timeout", cost=None, requests=1)),
-                     Outcome("t3", None, UpstreamError("refused", status_code=401))], wall_s=13.5).splitlines()
+    table = summary(
+        [
+            Outcome("t1", result()),
+            Outcome("t2", result("timeout", cost=None, requests=1)),
+            Outcome("t3", None, UpstreamError("refused", status_code=401)),
+        ],
+        wall_s=13.5,
+    ).splitlines()
     assert table[0].split() == ["task", "status", "requests", "input", "output", "cost_usd", "seconds"]
     assert table[1].split() == ["t1", "done", "2", "1,000", "100", "0.250000", "12.0"]
     assert table[2].split() == ["t2", "timeout", "1", "1,000", "100", "unknown", "12.0"]
     assert table[3].split() == ["t3", "error", "0", "0", "0", "-", "0.0"]
-    assert table[-1].split() == ["TOTAL", "(1", "ok,", "2", "failed)", "3", "2,000", "200", "0.250000", "+",
-                                 "unpriced", "13.5"]  # the batch's wall time, not the tasks' 24 s summed
+    assert table[-1].split() == [
+        "TOTAL",
+        "(1",
+        "ok,",
+        "2",
+        "failed)",
+        "3",
+        "2,000",
+        "200",
+        "0.250000",
+        "+",
+        "unpriced",
+        "13.5",
+    ]  # the batch's wall time, not the tasks' 24 s summed
 
 
 def test_on_a_terminal_the_running_tasks_are_a_live_table_under_the_finished_ones(tmp_path: Path) -> None:
     out = io.StringIO()
-    progress = Progress(Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"), total=2,
-                        concurrency=1, out=out, live=True)
+    progress = Progress(
+        Batch.of(tasks_file(tmp_path, {"id": "t", "prompt": "p"}), batch_id="b"),
+        total=2,
+        concurrency=1,
+        out=out,
+        live=True,
+    )
     progress.open()
     progress.started("t1")
     progress.started("t2")

@@ -18,17 +18,21 @@ CLI = [sys.executable, "-m", "opencode_gateway"]
 
 
 def test_import_and_help_do_not_import_litellm() -> None:
-    code = ("import sys, opencode_gateway, opencode_gateway.cli as c\n"
-            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')")
+    code = (
+        "import sys, opencode_gateway, opencode_gateway.cli as c\n"
+        "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
     assert out.strip().endswith("NO-LITELLM")
 
 
 def test_report_does_not_import_litellm(tmp_path: Path) -> None:
-    code = ("import sys, opencode_gateway.cli as c\n"
-            f"c.main(['report', '--ledger', {str(tmp_path / 'l.db')!r}])\n"
-            "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')")
+    code = (
+        "import sys, opencode_gateway.cli as c\n"
+        f"c.main(['report', '--ledger', {str(tmp_path / 'l.db')!r}])\n"
+        "print('LITELLM' if 'litellm' in sys.modules else 'NO-LITELLM')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().endswith("NO-LITELLM") and "no runs yet" in out.stderr
 
@@ -47,8 +51,16 @@ def test_report_before_any_run_is_empty_not_an_error_and_has_the_usual_shape(tmp
 
 def test_report_by_a_word_that_is_no_dimension_nor_metadata_key_is_exit_2(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
-    ledger.start_run(run_id="r1", started_at=0.0, model="m", mode="sdk", workdir="/w", metadata={"ticket": "ENG-1"},
-                     tags=(), session_id=None)
+    ledger.start_run(
+        run_id="r1",
+        started_at=0.0,
+        model="m",
+        mode="sdk",
+        workdir="/w",
+        metadata={"ticket": "ENG-1"},
+        tags=(),
+        session_id=None,
+    )
     ledger.close()
     result = cli("report", "--by", "modle", "--ledger", str(tmp_path / "ledger.db"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
@@ -63,8 +75,16 @@ def test_run_help_lists_every_tool_that_can_be_disabled() -> None:
 
 
 def test_config_prints_the_isolated_config_without_secrets() -> None:
-    result = cli("config", "-m", "openai/gpt-4o-mini", "--permissions", "read-only", "--disable-tool", "grep",
-                 env={"OPENAI_API_KEY": "sk-should-not-appear"})
+    result = cli(
+        "config",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--permissions",
+        "read-only",
+        "--disable-tool",
+        "grep",
+        env={"OPENAI_API_KEY": "sk-should-not-appear"},
+    )
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     assert list(config["provider"]) == ["litellm"]
@@ -106,17 +126,31 @@ def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message
 
 
 @pytest.mark.parametrize("how", ["stdin", "argv"])
-def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(how: str, tmp_path: Path, workdir: Path,
-                                                                    opencode_bin: str) -> None:
+def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(
+    how: str, tmp_path: Path, workdir: Path, opencode_bin: str
+) -> None:
     ledger = tmp_path / "ledger.db"
     garbage = b"fix \xff\xfe\x00\x9c it"
-    argv = [*CLI, "run", "-m", "openai/m", "--api-key", "sk-x", "--opencode-bin", opencode_bin, "--workdir",
-            str(workdir), "--ledger", str(ledger)]
+    argv = [
+        *CLI,
+        "run",
+        "-m",
+        "openai/m",
+        "--api-key",
+        "sk-x",
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "--ledger",
+        str(ledger),
+    ]
     if how == "stdin":
         result = subprocess.run([*argv, "-"], input=garbage, capture_output=True, timeout=120)
     else:
-        result = subprocess.run([*(a.encode() for a in argv), garbage.replace(b"\x00", b"")], capture_output=True,
-                                timeout=120)
+        result = subprocess.run(
+            [*(a.encode() for a in argv), garbage.replace(b"\x00", b"")], capture_output=True, timeout=120
+        )
     assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "not UTF-8 text" in lines[0], result.stderr
@@ -124,8 +158,9 @@ def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(how: str, tm
 
 
 def test_a_missing_binary_names_the_install_command(workdir: Path) -> None:
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--opencode-bin", "/nonexistent/opencode",
-                 "--workdir", str(workdir), "hi")
+    result = cli(
+        "run", "-m", "openai/gpt-4o-mini", "--opencode-bin", "/nonexistent/opencode", "--workdir", str(workdir), "hi"
+    )
     assert result.returncode == 2
     assert "opencode-gateway install-opencode" in result.stderr and "--opencode-bin" in result.stderr
 
@@ -159,7 +194,10 @@ def test_version_and_did_you_mean_for_a_misspelt_command_flag_or_setting(tmp_pat
     settings.write_text("max_cots: 1\n")
     wrong = cli("config", "-m", "openai/gpt-4o-mini", "--config", str(settings))
     assert wrong.returncode == 2
-    assert wrong.stderr.strip() == f"opencode-gateway: error: {settings}: unknown setting 'max_cots'; did you mean max_cost?"
+    assert (
+        wrong.stderr.strip()
+        == f"opencode-gateway: error: {settings}: unknown setting 'max_cots'; did you mean max_cost?"
+    )
 
 
 def test_output_piped_into_a_reader_that_left_ends_quietly(tmp_path: Path) -> None:

@@ -29,13 +29,23 @@ ANSWER = (StepStart("ses_1"), Text("ses_1", text="Looking."), StepStart("ses_1")
 
 
 def record(status: int = 200, error: str | None = None, cost: float | None = 0.25) -> RequestRecord:
-    return builders.record(f"r{status}", status=status, error=error, cost=cost,
-                           usage=Usage(100, 10) if status < 400 else None)
+    return builders.record(
+        f"r{status}", status=status, error=error, cost=cost, usage=Usage(100, 10) if status < 400 else None
+    )
 
 
 def happened(**changes: object) -> Happened:
-    base = Happened(run_id="run_1", model="m", mode="sdk", sandbox="bwrap", timeout=30, exit=EXITED,
-                    records=(record(),), events=ANSWER, session_id="ses_1")
+    base = Happened(
+        run_id="run_1",
+        model="m",
+        mode="sdk",
+        sandbox="bwrap",
+        timeout=30,
+        exit=EXITED,
+        records=(record(),),
+        events=ANSWER,
+        session_id="ses_1",
+    )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -47,9 +57,13 @@ def test_a_run_that_exited_cleanly_is_done_with_its_last_steps_text_and_totals()
 
 
 def test_a_budget_refusal_ends_it_as_budget_exceeded_whatever_else_happened() -> None:
-    result = conclude(happened(refusal=Refusal("max_requests", "run budget exceeded: max_requests is 1"),
-                               exit=ProcessExit(None, "", True),
-                               fatal=record(500, "boom")))
+    result = conclude(
+        happened(
+            refusal=Refusal("max_requests", "run budget exceeded: max_requests is 1"),
+            exit=ProcessExit(None, "", True),
+            fatal=record(500, "boom"),
+        )
+    )
     assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
     assert "max_requests is 1" in str(result.error)
 
@@ -69,15 +83,23 @@ def test_the_failed_request_that_ended_the_run_is_its_error() -> None:
 
 def test_a_gateway_budget_error_is_budget_exceeded() -> None:
     failed = record(400, "Budget has been exceeded! Current cost: 2.0, Max budget: 1.0")
-    result = conclude(happened(records=(failed,), events=(Error("ses_1", name="APIError", message="x", status_code=400),),
-                               exit=ProcessExit(1, "", False)))
+    result = conclude(
+        happened(
+            records=(failed,),
+            events=(Error("ses_1", name="APIError", message="x", status_code=400),),
+            exit=ProcessExit(1, "", False),
+        )
+    )
     assert result.stop_reason == "budget_exceeded" and isinstance(result.error, BudgetExceeded)
 
 
-@pytest.mark.parametrize(("error", "expected", "status"), [
-    (Error("ses_1", name="APIError", message="bad key", status_code=401), UpstreamError, 401),
-    (Error("ses_1", name="ContextOverflow", message="too long"), OpenCodeError, None),
-])
+@pytest.mark.parametrize(
+    ("error", "expected", "status"),
+    [
+        (Error("ses_1", name="APIError", message="bad key", status_code=401), UpstreamError, 401),
+        (Error("ses_1", name="ContextOverflow", message="too long"), OpenCodeError, None),
+    ],
+)
 def test_opencodes_own_error_event_is_the_error(error: Error, expected: type, status: int | None) -> None:
     result = conclude(happened(events=(*ANSWER, error), exit=ProcessExit(1, "", False)))
     assert result.stop_reason == "error" and isinstance(result.error, expected)
@@ -86,8 +108,13 @@ def test_opencodes_own_error_event_is_the_error(error: Error, expected: type, st
 
 def test_an_upstream_errors_own_message_wins_over_opencodes_rewording() -> None:
     failed = record(401, "Incorrect API key provided")
-    result = conclude(happened(records=(failed,), exit=ProcessExit(1, "", False),
-                               events=(Error("ses_1", name="APIError", message="Unauthorized", status_code=401),)))
+    result = conclude(
+        happened(
+            records=(failed,),
+            exit=ProcessExit(1, "", False),
+            events=(Error("ses_1", name="APIError", message="Unauthorized", status_code=401),),
+        )
+    )
     assert str(result.error) == "Incorrect API key provided"
 
 
@@ -114,8 +141,9 @@ def test_unpriced_requests_make_the_cost_unknown_and_say_so() -> None:
 
 
 def test_the_turn_cap_ends_it_as_max_turns_keeping_the_text_so_far() -> None:
-    result = conclude(happened(refusal=Refusal("max_turns", "turn limit reached: max_turns is 2"),
-                               exit=ProcessExit(None, "", False)))
+    result = conclude(
+        happened(refusal=Refusal("max_turns", "turn limit reached: max_turns is 2"), exit=ProcessExit(None, "", False))
+    )
     assert result.stop_reason == "max_turns" and isinstance(result.error, TurnLimitReached)
     assert result.text == "Done." and not result.ok
 
@@ -126,21 +154,28 @@ OVERFLOW = Error("ses_1", name="ContextOverflowError", message="maximum context 
 def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning() -> None:
     """OpenCode answers a provider's context overflow by compacting the conversation and going on,
     and exits 1 all the same (the real OpenCode, tried in tests/e2e/test_routes.py)."""
-    records = (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None),
-               builders.record("r3", purpose="compaction"), builders.record("r4"))
-    result = conclude(happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]),
-                               exit=ProcessExit(1, "", timed_out=False)))
+    records = (
+        builders.record("r1"),
+        builders.record("r2", status=400, error="context_length_exceeded", usage=None),
+        builders.record("r3", purpose="compaction"),
+        builders.record("r4"),
+    )
+    result = conclude(
+        happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]), exit=ProcessExit(1, "", timed_out=False))
+    )
     assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
     assert any("OpenCode compacted it and went on" in warning for warning in result.warnings)
 
 
-@pytest.mark.parametrize("records", [
-    # no compaction after the overflow; a compaction but no turn after it; a turn after it failed
-    (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None)),
-    (builders.record("r2", status=400, error="too long", usage=None), builders.record("r3", purpose="compaction")),
-    (builders.record("r3", purpose="compaction"), builders.record("r4", status=400, error="too long", usage=None)),
-])
+@pytest.mark.parametrize(
+    "records",
+    [
+        # no compaction after the overflow; a compaction but no turn after it; a turn after it failed
+        (builders.record("r1"), builders.record("r2", status=400, error="context_length_exceeded", usage=None)),
+        (builders.record("r2", status=400, error="too long", usage=None), builders.record("r3", purpose="compaction")),
+        (builders.record("r3", purpose="compaction"), builders.record("r4", status=400, error="too long", usage=None)),
+    ],
+)
 def test_an_overflow_that_was_not_compacted_away_is_an_error(records: tuple[RequestRecord, ...]) -> None:
-    result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW),
-                               exit=ProcessExit(1, "", timed_out=False)))
+    result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW), exit=ProcessExit(1, "", timed_out=False)))
     assert result.stop_reason == "error" and result.error is not None

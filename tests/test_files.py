@@ -34,11 +34,13 @@ def test_created_modified_and_deleted_files_with_their_diffs(tmp_path: Path) -> 
     (tmp_path / "new.txt").write_text("hello")
     changes = changed(before, take(tmp_path))
     assert changes == (
-        FileChange("new.txt", "created", "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello\n"
-                                         "\\ No newline at end of file\n"),
+        FileChange(
+            "new.txt", "created", "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello\n\\ No newline at end of file\n"
+        ),
         FileChange("old.txt", "deleted", "--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"),
-        FileChange("src/keep.py", "modified", "--- a/src/keep.py\n+++ b/src/keep.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n"
-                                              "+b = 3\n"),
+        FileChange(
+            "src/keep.py", "modified", "--- a/src/keep.py\n+++ b/src/keep.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 3\n"
+        ),
     )
 
 
@@ -56,8 +58,10 @@ def test_binary_and_oversized_files_are_listed_without_a_diff(tmp_path: Path) ->
     before = take(tmp_path)
     (tmp_path / "blob.bin").write_bytes(b"\x00\x02")
     (tmp_path / "big.txt").write_text("y" * 2001)
-    assert changed(before, take(tmp_path)) == (FileChange("big.txt", "modified", None),
-                                              FileChange("blob.bin", "modified", None))
+    assert changed(before, take(tmp_path)) == (
+        FileChange("big.txt", "modified", None),
+        FileChange("blob.bin", "modified", None),
+    )
 
 
 def test_version_control_folders_are_not_walked(tmp_path: Path) -> None:
@@ -79,9 +83,15 @@ def test_symlinks_are_compared_by_target_never_followed(tmp_path: Path) -> None:
     assert changed(before, take(work)) == ()
     (work / "link").unlink()
     (work / "link").symlink_to(tmp_path)
-    assert changed(before, take(work)) == (FileChange("link", "modified", f"--- a/link\n+++ b/link\n@@ -1 +1 @@\n"
-                                                     f"-{outside}\n\\ No newline at end of file\n+{tmp_path}\n"
-                                                     "\\ No newline at end of file\n"),)
+    assert changed(before, take(work)) == (
+        FileChange(
+            "link",
+            "modified",
+            f"--- a/link\n+++ b/link\n@@ -1 +1 @@\n"
+            f"-{outside}\n\\ No newline at end of file\n+{tmp_path}\n"
+            "\\ No newline at end of file\n",
+        ),
+    )
 
 
 def test_a_tree_with_too_many_files_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,8 +102,9 @@ def test_a_tree_with_too_many_files_is_refused(tmp_path: Path, monkeypatch: pyte
         take(tmp_path)
 
 
-def test_past_the_memory_budget_files_are_compared_by_size_and_mtime(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_memory_budget_files_are_compared_by_size_and_mtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(files, "MAX_KEPT_BYTES", 10)
     (tmp_path / "a.txt").write_text("0123456789")
     (tmp_path / "b.txt").write_text("kept? no")
@@ -149,7 +160,11 @@ def test_diffs_end_by_the_deadline_and_each_is_cut_at_its_cap(tmp_path: Path) ->
     assert time.monotonic() - started < 10 + 5  # ended by the deadline (the worker killed), not minutes later
     long, slow = changes
     assert long.diff is not None and len(long.diff.encode()) <= 2000 + 100
-    assert long.diff.endswith("\\ diff cut at 2,000 bytes (diff_max_bytes)\n") and long.diff.startswith("--- a/long.txt")
+    assert long.diff.endswith("\\ diff cut at 2,000 bytes (diff_max_bytes)\n") and long.diff.startswith(
+        "--- a/long.txt"
+    )
     assert (slow.path, slow.change, slow.diff) == ("slow.txt", "modified", None)
-    assert notes == ("1 file diffs were not computed by the run's deadline (their files are listed without one)",
-                     "1 file diffs are cut at 2,000 bytes (diff_max_bytes)")
+    assert notes == (
+        "1 file diffs were not computed by the run's deadline (their files are listed without one)",
+        "1 file diffs are cut at 2,000 bytes (diff_max_bytes)",
+    )

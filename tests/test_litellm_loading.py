@@ -31,19 +31,29 @@ warm.join()
 
 def test_a_load_during_the_warm_up_import_waits_for_it(tmp_path: Path) -> None:
     (tmp_path / "litellm.py").write_text(SLOW_LITELLM)
-    result = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=60,
-                            env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}",
-                                 "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", RACE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == "called"
 
 
 def test_a_litellm_the_host_imported_first_keeps_its_settings(tmp_path: Path) -> None:
     (tmp_path / "litellm.py").write_text("suppress_debug_info = False\n")
-    host = ("import litellm; from opencode_gateway import _litellm; "
-            "assert _litellm.load() is litellm; print(litellm.suppress_debug_info)")
-    result = subprocess.run([sys.executable, "-c", host], capture_output=True, text=True, timeout=60,
-                            env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}",
-                                 "PATH": "/usr/bin:/bin"})
+    host = (
+        "import litellm; from opencode_gateway import _litellm; "
+        "assert _litellm.load() is litellm; print(litellm.suppress_debug_info)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", host],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parent.parent}", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

@@ -15,11 +15,21 @@ from opencode_gateway.options import PER_RUN, TASK_OPTIONS, RunOptions, task_kin
 from opencode_gateway.settings import UNSET, Settings, json_kinds
 
 
-@pytest.mark.parametrize(("annotation", "kinds"), [
-    (str, (str,)), (float, (int, float)), (int | None, (int,)), (bool, (bool,)), (Path | None, (str,)),
-    (tuple[str, ...], (list,)), (Sequence[str | os.PathLike[str]], (list,)), (Mapping[str, Any], (dict,)),
-    (Any, (dict,)), (str | os.PathLike[str], (str,)),
-])
+@pytest.mark.parametrize(
+    ("annotation", "kinds"),
+    [
+        (str, (str,)),
+        (float, (int, float)),
+        (int | None, (int,)),
+        (bool, (bool,)),
+        (Path | None, (str,)),
+        (tuple[str, ...], (list,)),
+        (Sequence[str | os.PathLike[str]], (list,)),
+        (Mapping[str, Any], (dict,)),
+        (Any, (dict,)),
+        (str | os.PathLike[str], (str,)),
+    ],
+)
 def test_each_type_is_written_in_json_as(annotation: Any, kinds: tuple[type, ...]) -> None:
     assert json_kinds(annotation) == kinds
 

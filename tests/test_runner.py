@@ -21,13 +21,21 @@ GATEWAY = "litellm_proxy/gpt-4o-mini"
 
 
 def _run(upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: str, **options: Any) -> RunResult:
-    plan = prepare("Say hello", model=GATEWAY, api_base=upstream.url, api_key="sk-virtual", workdir=workdir,
-                   settings=settings.replace(sandbox="none"), **options)
+    plan = prepare(
+        "Say hello",
+        model=GATEWAY,
+        api_base=upstream.url,
+        api_key="sk-virtual",
+        workdir=workdir,
+        settings=settings.replace(sandbox="none"),
+        **options,
+    )
     return asyncio.run(execute(plan, parts=Parts(opencode=replaying(sample))))
 
 
-def test_a_replayed_turn_is_priced_recorded_and_answered(upstream: ScriptedUpstream, settings: Settings,
-                                                         workdir: Path) -> None:
+def test_a_replayed_turn_is_priced_recorded_and_answered(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path
+) -> None:
     upstream.script(Reply(text="Hello from fake upstream", usage=usage(1000, 5, cost=0.00123)))
     result = _run(upstream, settings, workdir, "text", metadata={"ticket": "ENG-412"})
     assert result.ok and result.text == "Hello from fake upstream"
@@ -42,8 +50,9 @@ def test_a_replayed_turn_is_priced_recorded_and_answered(upstream: ScriptedUpstr
     assert row == ("done", 1, 0.00123)
 
 
-def test_a_request_opencode_would_retry_for_minutes_ends_the_run(upstream: ScriptedUpstream, settings: Settings,
-                                                                  workdir: Path) -> None:
+def test_a_request_opencode_would_retry_for_minutes_ends_the_run(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path
+) -> None:
     """A 500 after the endpoint's own retries: OpenCode would retry it six times over ~70 s; the
     run is stopped at once, with the upstream's error."""
     upstream.script(*[Reply(status=500, error="overloaded")] * 3)
@@ -52,8 +61,9 @@ def test_a_request_opencode_would_retry_for_minutes_ends_the_run(upstream: Scrip
     assert result.usage.requests == 1  # the replay's second step never ran
 
 
-def test_a_budget_refuses_the_call_over_it_and_stops_opencode(upstream: ScriptedUpstream, settings: Settings,
-                                                               workdir: Path) -> None:
+def test_a_budget_refuses_the_call_over_it_and_stops_opencode(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path
+) -> None:
     upstream.script(Reply(text="first", usage=usage(1000, 5)))
     result = _run(upstream, settings, workdir, "tool_bash", max_requests=1)
     assert result.stop_reason == "budget_exceeded" and "max_requests" in str(result.error)
@@ -63,28 +73,31 @@ def test_a_budget_refuses_the_call_over_it_and_stops_opencode(upstream: Scripted
 
 def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_to_the_runs() -> None:
     from opencode_gateway.accounting.run import RunAccount
+    from opencode_gateway.assembly import router, targets
     from opencode_gateway.endpoint.tagging import Tagging
-    from opencode_gateway.runner import _router, _targets
 
     settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano").validated()
-    router = _router("t", _targets(settings, Tagging(), RunAccount()), settings)
-    assert router.route({}, "openai/gpt-4.1-nano", "title").upstream.model == "openai/gpt-4.1-nano"
+    chosen = router("t", targets(settings, Tagging(), RunAccount()), settings)
+    assert chosen.route({}, "openai/gpt-4.1-nano", "title").upstream.model == "openai/gpt-4.1-nano"
     for other in ("openai/gpt-4o-mini", "anthropic/claude-opus-4", None, 42):
-        assert router.route({}, other, "main").model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
+        assert chosen.route({}, other, "main").model == "openai/gpt-4o-mini"  # the agent cannot pick a model of its own
     alone = Settings(model="openai/gpt-4o-mini").validated()
-    single = _router("t", _targets(alone, Tagging(), RunAccount()), alone)
+    single = router("t", targets(alone, Tagging(), RunAccount()), alone)
     assert single.choose is None and single.route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o-mini"
     assert single.authorized("t") and not single.authorized("other") and single.models() == ["openai/gpt-4o-mini"]
 
 
 def test_a_purposes_route_takes_its_calls_whatever_model_they_name() -> None:
     from opencode_gateway.accounting.run import RunAccount
+    from opencode_gateway.assembly import router, targets
     from opencode_gateway.endpoint.tagging import Tagging
-    from opencode_gateway.runner import _router, _targets
 
-    settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano",
-                        routes={"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}).validated()
-    route = _router("t", _targets(settings, Tagging(), RunAccount()), settings).route
+    settings = Settings(
+        model="openai/gpt-4o-mini",
+        small_model="openai/gpt-4.1-nano",
+        routes={"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"},
+    ).validated()
+    route = router("t", targets(settings, Tagging(), RunAccount()), settings).route
     assert route({}, "openai/gpt-4o-mini", "compaction").model == "openai/gpt-4.1"
     assert route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o"
     assert route({}, "openai/gpt-4.1-nano", "summary").model == "openai/gpt-4.1-nano"  # no route: as OpenCode sent it

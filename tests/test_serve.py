@@ -32,16 +32,28 @@ NO_CACHING = {"team-a": "off", "team-small": "off"}
 
 
 def stream_body(prompt: int, completion: int, cost: float) -> bytes:
-    chunks = [{"id": "c", "model": "team-a", "choices": [{"index": 0, "delta": {"content": "ok"}}]},
-              {"id": "c", "model": "team-a", "choices": [],
-               "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "cost": cost}}]
+    chunks = [
+        {"id": "c", "model": "team-a", "choices": [{"index": 0, "delta": {"content": "ok"}}]},
+        {
+            "id": "c",
+            "model": "team-a",
+            "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "cost": cost},
+        },
+    ]
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, tags=("team",),
-                    metadata={"team": "platform"}, prompt_caching=NO_CACHING)
+    return Settings(
+        api_base=GATEWAY,
+        api_key="sk-virtual",
+        data_dir=tmp_path,
+        tags=("team",),
+        metadata={"team": "platform"},
+        prompt_caching=NO_CACHING,
+    )
 
 
 @pytest.fixture
@@ -75,25 +87,37 @@ async def mint(client: httpx.AsyncClient, launch: Launch = Launch()) -> str:
 def forwarded(gateway: respx.MockRouter) -> list[httpx.Request]:
     """The chat requests that reached the gateway (respx also sees the test's own calls to the
     server, and each group's one model-info lookup)."""
-    return [call.request for call in gateway.calls
-            if call.request.url.host == "gateway.test" and call.request.url.path.endswith("/chat/completions")]
+    return [
+        call.request
+        for call in gateway.calls
+        if call.request.url.host == "gateway.test" and call.request.url.path.endswith("/chat/completions")
+    ]
 
 
-async def chat(client: httpx.AsyncClient, session: str | None, token: str, model: object = "litellm_proxy/team-a",
-               **headers: str) -> httpx.Response:
+async def chat(
+    client: httpx.AsyncClient, session: str | None, token: str, model: object = "litellm_proxy/team-a", **headers: str
+) -> httpx.Response:
     sent = {"authorization": f"Bearer {token}", **headers}
     if session:
         sent["x-session-id"] = session
-    return await client.post("/v1/chat/completions", headers=sent,
-                             json={"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    return await client.post(
+        "/v1/chat/completions",
+        headers=sent,
+        json={"model": model, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    )
 
 
 async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribution(
     gateway: respx.MockRouter, client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
-    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
-        httpx.Response(200, content=stream_body(100 * i, 10 * i, 0.001 * i),
-                       headers={"content-type": "text/event-stream"}) for i in (1, 2, 3)])
+    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=[
+            httpx.Response(
+                200, content=stream_body(100 * i, 10 * i, 0.001 * i), headers={"content-type": "text/event-stream"}
+            )
+            for i in (1, 2, 3)
+        ]
+    )
     first = await mint(client, Launch({"ticket": "ENG-1"}, ("alice",), "/repo/a"))
     second = await mint(client, Launch({"ticket": "ENG-2"}))
     for session, token in (("ses_a", first), ("ses_b", second), ("ses_a", first)):
@@ -115,8 +139,11 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
     assert stats["models"]["litellm_proxy/team-a"]["requests"] == 3
 
     ledger.flush()  # rows are written by the ledger's own thread
-    runs = sqlite3.connect(settings.ledger_path).execute("SELECT session_id, requests, input_tokens, cost, metadata, workdir FROM runs "
-                          "ORDER BY session_id").fetchall()
+    runs = (
+        sqlite3.connect(settings.ledger_path)
+        .execute("SELECT session_id, requests, input_tokens, cost, metadata, workdir FROM runs ORDER BY session_id")
+        .fetchall()
+    )
     assert [(r[0], r[1], r[2]) for r in runs] == [("ses_a", 2, 400), ("ses_b", 1, 200)]
     assert runs[0][3] == pytest.approx(0.004) and json.loads(runs[0][4])["ticket"] == "ENG-1"
     assert runs[0][5] == "/repo/a"
@@ -133,14 +160,17 @@ async def test_health_is_open_and_stats_and_launches_need_the_admin_token(client
     assert (await chat(client, "ses_a", "made-up")).status_code == 401
 
 
-@pytest.mark.parametrize(("launch", "message"), [
-    ({"tags": ["a,b"]}, "no comma"),
-    ({"tags": ["x\r\nx-evil: 1"]}, "control characters"),
-    ({"metadata": {"ticket": "ENG-1\n"}}, "control character"),
-    ({"budget": {"max_cost": -1}}, "budget.max_cost must be a number above 0"),
-    ({"budget": {"max_cost": float("nan")}}, "budget.max_cost must be a number above 0"),
-    ({"owner": "me"}, "a launch is"),
-])
+@pytest.mark.parametrize(
+    ("launch", "message"),
+    [
+        ({"tags": ["a,b"]}, "no comma"),
+        ({"tags": ["x\r\nx-evil: 1"]}, "control characters"),
+        ({"metadata": {"ticket": "ENG-1\n"}}, "control character"),
+        ({"budget": {"max_cost": -1}}, "budget.max_cost must be a number above 0"),
+        ({"budget": {"max_cost": float("nan")}}, "budget.max_cost must be a number above 0"),
+        ({"owner": "me"}, "a launch is"),
+    ],
+)
 async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
     client: httpx.AsyncClient, launch: dict[str, object], message: str
 ) -> None:
@@ -152,13 +182,19 @@ async def test_a_launch_is_checked_as_the_command_line_checks_its_flags(
 async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attribution(
     gateway: respx.MockRouter, client: httpx.AsyncClient, settings: Settings, ledger: Ledger
 ) -> None:
-    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
-        200, content=stream_body(100, 10, 0.001), headers={"content-type": "text/event-stream"}))
+    upstream = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, content=stream_body(100, 10, 0.001), headers={"content-type": "text/event-stream"}
+        )
+    )
     victim = await mint(client, Launch({"ticket": "ENG-1"}))
     attacker = await mint(client, Launch({"ticket": "ENG-2"}))
     await (await chat(client, "ses_victim", victim)).aread()
-    spoof = {"x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]}),
-             "x-litellm-tags": "free", "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}'}
+    spoof = {
+        "x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]}),
+        "x-litellm-tags": "free",
+        "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}',
+    }
     await (await chat(client, "ses_victim", attacker, **spoof)).aread()  # the victim's session id, its own token
     sent = [call.request.headers for call in upstream.calls]
     assert json.loads(sent[1]["x-litellm-spend-logs-metadata"]) == {"team": "platform", "ticket": "ENG-2"}
@@ -167,14 +203,22 @@ async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attr
     ledger.flush()
     runs = sqlite3.connect(settings.ledger_path).execute("SELECT session_id, requests, metadata FROM runs").fetchall()
     assert sorted((r[0], r[1], json.loads(r[2])["ticket"]) for r in runs) == [
-        ("ses_victim", 1, "ENG-1"), ("ses_victim", 1, "ENG-2")]  # two runs: the victim's holds only its own
+        ("ses_victim", 1, "ENG-1"),
+        ("ses_victim", 1, "ENG-2"),
+    ]  # two runs: the victim's holds only its own
 
 
 def test_a_launch_survives_its_request() -> None:
     launch = Launch({"ticket": "ENG-412"}, ("nightly",), "/w", Budget(max_cost=1.5), "litellm_proxy/a", "openai/b")
     again = Launch.from_request(launch.to_request(), ("ticket",))
     assert (again.metadata, again.tags, again.workdir, again.budget, again.model, again.small_model) == (
-        launch.metadata, launch.tags, "/w", Budget(max_cost=1.5), "litellm_proxy/a", "openai/b")
+        launch.metadata,
+        launch.tags,
+        "/w",
+        Budget(max_cost=1.5),
+        "litellm_proxy/a",
+        "openai/b",
+    )
 
 
 def test_the_token_is_stable_and_private(tmp_path: Path) -> None:
@@ -207,13 +251,18 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
 
 
 async def test_a_launchs_budget_covers_all_its_sessions_whatever_they_are_called(
-        gateway: respx.MockRouter, tmp_path: Path) -> None:
+    gateway: respx.MockRouter, tmp_path: Path
+) -> None:
     """A session is whatever a request's x-session-id says: a fresh id per request must not be a
     fresh budget (12 calls got through a limit of 3 that way)."""
-    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1,
-                        prompt_caching=NO_CACHING)
-    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
-        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+    settings = Settings(
+        api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, max_requests=1, prompt_caching=NO_CACHING
+    )
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
+        )
+    )
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
@@ -230,10 +279,14 @@ async def test_a_launchs_budget_covers_all_its_sessions_whatever_they_are_called
     assert len(forwarded(gateway)) == 3
 
 
-async def test_only_the_launchs_model_and_small_model_are_forwarded(gateway: respx.MockRouter,
-                                                                    client: httpx.AsyncClient) -> None:
-    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
-        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+async def test_only_the_launchs_model_and_small_model_are_forwarded(
+    gateway: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
+        )
+    )
     token = await mint(client, Launch(model="litellm_proxy/team-a", small_model="litellm_proxy/team-small"))
     for asked in ("litellm_proxy/team-b", "gpt-4o", None, "litellm_proxy/team-small", "litellm_proxy/team-a"):
         response = await chat(client, "ses_a", token, model=asked)
@@ -242,21 +295,32 @@ async def test_only_the_launchs_model_and_small_model_are_forwarded(gateway: res
     assert models == ["team-a", "team-a", "team-a", "team-small", "team-a"]
 
 
-async def test_the_servers_routes_take_each_launchs_background_calls(gateway: respx.MockRouter,
-                                                                      tmp_path: Path) -> None:
-    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path,
-                        routes={"compaction": "litellm_proxy/team-big"})
-    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
-        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+async def test_the_servers_routes_take_each_launchs_background_calls(gateway: respx.MockRouter, tmp_path: Path) -> None:
+    settings = Settings(
+        api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, routes={"compaction": "litellm_proxy/team-big"}
+    )
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
+        )
+    )
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         token = await mint(client, Launch(model="litellm_proxy/team-a"))
-        compaction = {"model": "litellm_proxy/team-a", "stream": True, "messages": [
-            {"role": "system", "content": "You are a context summarization agent. ..."},
-            {"role": "user", "content": "the conversation"}]}
-        compacted = await client.post("/v1/chat/completions", json=compaction,
-                                      headers={"authorization": f"Bearer {token}", "x-session-id": "ses_a"})
+        compaction = {
+            "model": "litellm_proxy/team-a",
+            "stream": True,
+            "messages": [
+                {"role": "system", "content": "You are a context summarization agent. ..."},
+                {"role": "user", "content": "the conversation"},
+            ],
+        }
+        compacted = await client.post(
+            "/v1/chat/completions",
+            json=compaction,
+            headers={"authorization": f"Bearer {token}", "x-session-id": "ses_a"},
+        )
         turn = await chat(client, "ses_a", token, model="litellm_proxy/team-big")
     router.close()
     for upstream in router.upstreams.values():
@@ -284,11 +348,16 @@ async def test_a_launch_names_its_model(client: httpx.AsyncClient) -> None:
 
 
 async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
-        gateway: respx.MockRouter, tmp_path: Path) -> None:
+    gateway: respx.MockRouter, tmp_path: Path
+) -> None:
     settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, prompt_caching=NO_CACHING).replace(
-        budgets={"ticket": {"per": "day", "max_cost": 0.00015}})
-    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=lambda request: httpx.Response(
-        200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}))
+        budgets={"ticket": {"per": "day", "max_cost": 0.00015}}
+    )
+    gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
+        )
+    )
     ledger = Ledger(settings.ledger_path)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
@@ -306,11 +375,13 @@ async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
 
 
 async def test_a_session_id_an_agent_chooses_is_shown_on_the_dashboard_as_text(
-        gateway: respx.MockRouter, client: httpx.AsyncClient) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient
+) -> None:
     """The agent holds its launch's token and chooses the session ids its requests carry: on the
     admin's live page they are text, never markup."""
-    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, content=stream_body(10, 1, 0.001),
-                                                          headers={"content-type": "text/event-stream"})
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, content=stream_body(10, 1, 0.001), headers={"content-type": "text/event-stream"}
+    )
     hostile = '<img src=x onerror="alert(1)"></td><script>alert(2)</script>'
     response = await chat(client, hostile, await mint(client))
     assert response.status_code == 200

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from opencode_gateway.accounting.budget import period_caps
 from opencode_gateway.errors import SettingsError
 from opencode_gateway.settings import UNSET, Settings
 from opencode_gateway.settings_file import load_settings
@@ -19,8 +20,11 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_file_values_are_read_and_env_references_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAM_KEY", "sk-team")
-    path = write(tmp_path, "model: litellm_proxy/coder\napi_base: http://127.0.0.1:4000\n"
-                 "api_key: os.environ/TEAM_KEY\ntags: [team-a]\nmetadata: {ticket: ENG-412}\ntimeout: 60\n")
+    path = write(
+        tmp_path,
+        "model: litellm_proxy/coder\napi_base: http://127.0.0.1:4000\n"
+        "api_key: os.environ/TEAM_KEY\ntags: [team-a]\nmetadata: {ticket: ENG-412}\ntimeout: 60\n",
+    )
     settings = load_settings(path)
     assert settings.model == "litellm_proxy/coder"
     assert settings.api_key == "sk-team"
@@ -111,8 +115,9 @@ def test_the_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_skill_folders_in_a_file_are_found_beside_it(tmp_path: Path) -> None:
-    path = write(tmp_path, "skills: [skills/notes, /abs/other]\ninstructions: Prefer small diffs.\n"
-                 "diff_max_bytes: 1000\n")
+    path = write(
+        tmp_path, "skills: [skills/notes, /abs/other]\ninstructions: Prefer small diffs.\ndiff_max_bytes: 1000\n"
+    )
     settings = load_settings(path)
     assert settings.skills == (str(tmp_path / "skills" / "notes"), "/abs/other")
     assert settings.instructions == "Prefer small diffs."
@@ -131,7 +136,8 @@ def test_env_refuses_a_variable_holding_a_key_the_gateway_uses(name: str, monkey
 def test_env_passes_a_named_variable_that_holds_no_gateway_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_0123456789abcdef")
     assert Settings(model="openai/m", env=("GITHUB_TOKEN",)).validated().passed_env() == {
-        "GITHUB_TOKEN": "ghp_0123456789abcdef"}
+        "GITHUB_TOKEN": "ghp_0123456789abcdef"
+    }
 
 
 def test_secrets_include_every_credential_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,8 +148,10 @@ def test_secrets_include_every_credential_in_the_environment(monkeypatch: pytest
 
 
 def test_a_yaml_alias_is_refused_so_no_file_can_expand_without_bound(tmp_path: Path) -> None:
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
-           "opencode_config: {c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]}\n"
+    bomb = (
+        "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "opencode_config: {c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]}\n"
+    )
     with pytest.raises(SettingsError, match="aliases .* are not allowed"):
         load_settings(write(tmp_path, bomb))
 
@@ -163,21 +171,25 @@ def test_an_api_key_can_come_from_a_file_beside_the_settings(tmp_path: Path) -> 
 
 
 def test_budgets_are_a_models_defaults_or_with_per_a_metadata_keys_period_cap(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, "budgets:\n  qwen-coder: {max_cost: 2}\n"
-                                             "  ticket: {per: day, max_cost: 5}\n"))
+    settings = load_settings(
+        write(tmp_path, "budgets:\n  qwen-coder: {max_cost: 2}\n  ticket: {per: day, max_cost: 5}\n")
+    )
     assert settings.budget_for("litellm_proxy/qwen-coder").max_cost == 2
-    [(period, value)] = settings.period_caps({"ticket": "ENG-1", "team": "a"})
+    [(period, value)] = period_caps(settings.budgets, {"ticket": "ENG-1", "team": "a"})
     assert (period.key, period.per, period.limits.max_cost, value) == ("ticket", "day", 5, "ENG-1")
-    assert settings.period_caps({"team": "a"}) == []  # a run without a ticket has no day cap
+    assert period_caps(settings.budgets, {"team": "a"}) == []  # a run without a ticket has no day cap
     assert settings.budget_for("ticket").max_cost is None  # a period cap is no model's default
 
 
-@pytest.mark.parametrize(("server", "message"), [
-    ({"type": "local", "command": "python server.py"}, "needs type: local and command: \\[program, args...\\]"),
-    ({"type": "remote"}, "a remote server needs a url"),
-    ({"type": "stdio", "command": ["x"]}, "needs type: local"),
-    ({"type": "local", "command": ["no-such-mcp-program-anywhere"]}, "is not found or not executable"),
-])
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ({"type": "local", "command": "python server.py"}, "needs type: local and command: \\[program, args...\\]"),
+        ({"type": "remote"}, "a remote server needs a url"),
+        ({"type": "stdio", "command": ["x"]}, "needs type: local"),
+        ({"type": "local", "command": ["no-such-mcp-program-anywhere"]}, "is not found or not executable"),
+    ],
+)
 def test_an_mcp_server_is_checked_before_a_run(server: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings(model="openai/m", mcp={"tools": server}).validated()
@@ -189,15 +201,21 @@ def test_prompt_caching_is_set_per_model_or_group_and_checked() -> None:
         Settings(model="m").replace(prompt_caching={"team-coder": "yes"}).validated()
 
 
-@pytest.mark.parametrize(("routes", "message"), [
-    ({"turns": "openai/gpt-4.1"}, "routes.turns: no such purpose; routes are for title, summary, compaction"),
-    ({"title": ""}, "routes.title must name a model"),
-    # gpt-3.5-turbo takes 16,385 input tokens, gpt-4o-mini 128,000 (LiteLLM's map).
-    ({"compaction": "openai/gpt-3.5-turbo"}, "routes.compaction: openai/gpt-3.5-turbo takes 16,385 input tokens, "
-                                             "fewer than openai/gpt-4o-mini's 128,000"),
-    ({"summary": "openai/gpt-3.5-turbo"}, "routes.summary: .* fewer than"),
-    ({"compaction": "litellm_proxy/team-big"}, "no gateway URL is set"),
-])
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        ({"turns": "openai/gpt-4.1"}, "routes.turns: no such purpose; routes are for title, summary, compaction"),
+        ({"title": ""}, "routes.title must name a model"),
+        # gpt-3.5-turbo takes 16,385 input tokens, gpt-4o-mini 128,000 (LiteLLM's map).
+        (
+            {"compaction": "openai/gpt-3.5-turbo"},
+            "routes.compaction: openai/gpt-3.5-turbo takes 16,385 input tokens, "
+            "fewer than openai/gpt-4o-mini's 128,000",
+        ),
+        ({"summary": "openai/gpt-3.5-turbo"}, "routes.summary: .* fewer than"),
+        ({"compaction": "litellm_proxy/team-big"}, "no gateway URL is set"),
+    ],
+)
 def test_routes_name_a_background_purpose_and_a_model_with_the_window_it_needs(routes: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings(model="openai/gpt-4o-mini", routes=routes).validated()
@@ -210,13 +228,14 @@ def test_a_route_whose_window_is_large_enough_or_unknown_is_taken() -> None:
 
 
 def test_routes_come_from_the_file_and_the_flags(tmp_path: Path) -> None:
+    from opencode_gateway.arguments import settings_of
     from opencode_gateway.cli import build_parser
-    from opencode_gateway.commands import _settings
 
     path = tmp_path / "config.yaml"
     path.write_text("routes:\n  compaction: openai/gpt-4.1\n  title: openai/gpt-4.1-nano\n")
-    args = build_parser().parse_args(["run", "-m", "openai/gpt-4o-mini", "--config", str(path),
-                                      "--route", "title=openai/gpt-4o", "hi"])
-    assert dict(_settings(args).routes) == {"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}
+    args = build_parser().parse_args(
+        ["run", "-m", "openai/gpt-4o-mini", "--config", str(path), "--route", "title=openai/gpt-4o", "hi"]
+    )
+    assert dict(settings_of(args).routes) == {"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}
     with pytest.raises(SettingsError, match="--route 'title' is not KEY=VALUE"):
-        _settings(build_parser().parse_args(["run", "-m", "m", "--route", "title", "hi"]))
+        settings_of(build_parser().parse_args(["run", "-m", "m", "--route", "title", "hi"]))

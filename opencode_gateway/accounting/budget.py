@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import SettingsError
 from .records import RequestRecord
 
-__all__ = ["PERIODS", "Budget", "PeriodBudget", "Refusal", "Spent"]
+__all__ = ["PERIODS", "Budget", "PeriodBudget", "Refusal", "Spent", "period_caps"]
 
 _LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,), "max_turns": (int,)}
 
@@ -56,44 +56,59 @@ class Budget:
         """These limits, with the ones not set taken from `fallback`."""
         if fallback is None:
             return self
-        return Budget(self.max_cost if self.max_cost is not None else fallback.max_cost,
-                      self.max_requests if self.max_requests is not None else fallback.max_requests,
-                      self.max_tokens if self.max_tokens is not None else fallback.max_tokens,
-                      self.max_turns if self.max_turns is not None else fallback.max_turns)
+        return Budget(
+            self.max_cost if self.max_cost is not None else fallback.max_cost,
+            self.max_requests if self.max_requests is not None else fallback.max_requests,
+            self.max_tokens if self.max_tokens is not None else fallback.max_tokens,
+            self.max_turns if self.max_turns is not None else fallback.max_turns,
+        )
 
     def refusal(self, spent: Spent, *, turn: bool = True) -> Refusal | None:
         """Why the next call (a turn of the agent's, or a background call) may not start after
         `spent`, or None."""
         if turn and self.max_turns is not None and spent.turns >= self.max_turns:
-            return Refusal("max_turns", f"turn limit reached: max_turns is {self.max_turns} and the run made "
-                                        f"{spent.turns} main-model requests")
+            return Refusal(
+                "max_turns",
+                f"turn limit reached: max_turns is {self.max_turns} and the run made {spent.turns} main-model requests",
+            )
         if self.max_requests is not None and spent.requests >= self.max_requests:
-            return Refusal("max_requests", f"run budget exceeded: max_requests is {self.max_requests} and "
-                                           f"{spent.requests} requests were made")
+            return Refusal(
+                "max_requests",
+                f"run budget exceeded: max_requests is {self.max_requests} and {spent.requests} requests were made",
+            )
         if self.max_tokens is not None and spent.tokens >= self.max_tokens:
-            return Refusal("max_tokens", f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used "
-                                         f"{spent.tokens:,} tokens")
+            return Refusal(
+                "max_tokens",
+                f"run budget exceeded: max_tokens is {self.max_tokens:,} and the run used {spent.tokens:,} tokens",
+            )
         if self.max_cost is not None and spent.cost >= self.max_cost:
-            return Refusal("max_cost", f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost "
-                                       f"${spent.cost:.6f}")
+            return Refusal(
+                "max_cost", f"run budget exceeded: max_cost is ${self.max_cost:g} and the run cost ${spent.cost:.6f}"
+            )
         return None
 
     def allows(self, spent: Spent) -> bool:
         """Whether `spent` (what was spent, and reserved, with the next call) stays within every limit."""
-        return ((self.max_turns is None or spent.turns <= self.max_turns)
-                and (self.max_requests is None or spent.requests <= self.max_requests)
-                and (self.max_tokens is None or spent.tokens <= self.max_tokens)
-                and (self.max_cost is None or spent.cost <= self.max_cost))
+        return (
+            (self.max_turns is None or spent.turns <= self.max_turns)
+            and (self.max_requests is None or spent.requests <= self.max_requests)
+            and (self.max_tokens is None or spent.tokens <= self.max_tokens)
+            and (self.max_cost is None or spent.cost <= self.max_cost)
+        )
 
     def overshoot(self, spent: Spent) -> tuple[str, ...]:
         """What streams already running took the run past its limits."""
         notes = []
         if self.max_tokens is not None and spent.tokens > self.max_tokens:
-            notes.append(f"the run used {spent.tokens - self.max_tokens:,} tokens over max_tokens "
-                         f"({self.max_tokens:,}) in requests that had already started")
+            notes.append(
+                f"the run used {spent.tokens - self.max_tokens:,} tokens over max_tokens "
+                f"({self.max_tokens:,}) in requests that had already started"
+            )
         if self.max_cost is not None and spent.cost > self.max_cost:
-            notes.append(f"the run cost ${spent.cost - self.max_cost:.6f} over max_cost (${self.max_cost:g}) in "
-                         "requests that had already started")
+            notes.append(
+                f"the run cost ${spent.cost - self.max_cost:.6f} over max_cost (${self.max_cost:g}) in "
+                "requests that had already started"
+            )
         return tuple(notes)
 
 
@@ -110,12 +125,17 @@ class Spent:
     @classmethod
     def of(cls, record: RequestRecord) -> Spent:
         usage = record.usage
-        return cls(1, usage.input_tokens + usage.output_tokens if usage else 0, record.cost.usd or 0.0,
-                   int(record.purpose == "main"))
+        return cls(
+            1,
+            usage.input_tokens + usage.output_tokens if usage else 0,
+            record.cost.usd or 0.0,
+            int(record.purpose == "main"),
+        )
 
     def __add__(self, other: Spent) -> Spent:
-        return Spent(self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost,
-                     self.turns + other.turns)
+        return Spent(
+            self.requests + other.requests, self.tokens + other.tokens, self.cost + other.cost, self.turns + other.turns
+        )
 
 
 PERIODS = ("day", "week", "month")
@@ -159,5 +179,17 @@ class PeriodBudget:
             return None
         day = datetime.fromtimestamp(since, timezone.utc).strftime("%Y-%m-%d")
         figures = str(over).removeprefix("run budget exceeded: ").replace("the run", f"{self.key}={value}")
-        return Refusal(over.limit, f"{self.per} budget of {self.key}={value} exceeded since {day} (UTC): {figures} "
-                                   f"(budgets.{self.key} in the settings)")
+        return Refusal(
+            over.limit,
+            f"{self.per} budget of {self.key}={value} exceeded since {day} (UTC): {figures} "
+            f"(budgets.{self.key} in the settings)",
+        )
+
+
+def period_caps(
+    budgets: Mapping[str, Budget | PeriodBudget], metadata: Mapping[str, Any]
+) -> list[tuple[PeriodBudget, str]]:
+    """The caps per metadata value and period (`budgets:` entries with `per`) that apply to a run
+    with `metadata`, each with the run's value of its key."""
+    caps = [cap for cap in budgets.values() if isinstance(cap, PeriodBudget) and cap.key in metadata]
+    return [(cap, str(metadata[cap.key])) for cap in caps]

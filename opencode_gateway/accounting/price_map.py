@@ -32,35 +32,106 @@ _MAP_FILE = "model_prices_and_context_window_backup.json"
 # still a plain per-token entry here.
 _UNUSED_SUFFIXES = ("_batches", "_priority", "_flex")
 _UNUSED = frozenset({"search_context_cost_per_query", "cache_creation_input_token_cost_above_1hr"})
-_PRICED = frozenset({"input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
-                     "cache_creation_input_token_cost", "output_cost_per_reasoning_token"})
+_PRICED = frozenset(
+    {
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "cache_read_input_token_cost",
+        "cache_creation_input_token_cost",
+        "output_cost_per_reasoning_token",
+    }
+)
 # What an entry may say besides its prices and still be priced here: what the model supports, its
 # limits, where it comes from, and the uplifts of regional and FedRAMP endpoints, which litellm
 # applies only when told the request went to one (litellm 1.108 to 1.110; the newest is tested by
 # scripts/test). A field not known here (a new multiplier, a new kind of price) leaves the entry to
 # litellm: it is priced right, if slower, never mispriced.
-_DESCRIPTIVE_PREFIXES = ("supports_", "supported_", "max_", "token_count_", "gemini_", "bedrock_",
-                         "regional_endpoint_", "regional_processing_", "reasoning_", "deprecation_")
-_DESCRIPTIVE = frozenset({
-    "alias_of", "audio_transcription_config", "comment", "default_reasoning_effort", "fedramp_uplift_multiplier",
-    "litellm_provider", "metadata", "mode", "output_vector_size", "prompt_cache_min_tokens",
-    "provider_specific_entry", "rpm", "rules", "search_free_requests", "source", "successor_model",
-    "thinking_always_on", "thinking_on_by_default", "tpm", "use_openai_responses_path", "uses_embed_content",
-    "vertex_ai_audio_api", "web_search_billing_unit",
-})
+_DESCRIPTIVE_PREFIXES = (
+    "supports_",
+    "supported_",
+    "max_",
+    "token_count_",
+    "gemini_",
+    "bedrock_",
+    "regional_endpoint_",
+    "regional_processing_",
+    "reasoning_",
+    "deprecation_",
+)
+_DESCRIPTIVE = frozenset(
+    {
+        "alias_of",
+        "audio_transcription_config",
+        "comment",
+        "default_reasoning_effort",
+        "fedramp_uplift_multiplier",
+        "litellm_provider",
+        "metadata",
+        "mode",
+        "output_vector_size",
+        "prompt_cache_min_tokens",
+        "provider_specific_entry",
+        "rpm",
+        "rules",
+        "search_free_requests",
+        "source",
+        "successor_model",
+        "thinking_always_on",
+        "thinking_on_by_default",
+        "tpm",
+        "use_openai_responses_path",
+        "uses_embed_content",
+        "vertex_ai_audio_api",
+        "web_search_billing_unit",
+    }
+)
 # The usage fields priced here; any other with a non-zero count sends the request to litellm.
-_USAGE_FIELDS = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "cost", "cache_read_input_tokens",
-                           "cache_creation_input_tokens", "prompt_tokens_details", "completion_tokens_details"})
+_USAGE_FIELDS = frozenset(
+    {
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "cost",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+    }
+)
 _PROMPT_DETAILS = frozenset({"cached_tokens", "cache_creation_tokens", "text_tokens"})
 _COMPLETION_DETAILS = frozenset({"reasoning_tokens", "text_tokens"})
 # Providers whose entries litellm prices with its generic per-token formula and whose keys it
 # resolves as written (tests/accounting/test_price_map.py checks every entry of each; the others
 # have cost functions or name rules of their own, and are left to litellm).
-PROVIDERS = frozenset({
-    "aihubmix", "anthropic", "azure_ai", "bedrock", "cerebras", "cloudflare", "dashscope", "deepinfra", "gemini",
-    "groq", "mistral", "moonshot", "nebius", "novita", "oci", "ollama", "openai", "replicate", "sambanova",
-    "snowflake", "together_ai", "vercel_ai_gateway", "vertex_ai", "watsonx", "zai",
-})
+PROVIDERS = frozenset(
+    {
+        "aihubmix",
+        "anthropic",
+        "azure_ai",
+        "bedrock",
+        "cerebras",
+        "cloudflare",
+        "dashscope",
+        "deepinfra",
+        "gemini",
+        "groq",
+        "mistral",
+        "moonshot",
+        "nebius",
+        "novita",
+        "oci",
+        "ollama",
+        "openai",
+        "replicate",
+        "sambanova",
+        "snowflake",
+        "together_ai",
+        "vercel_ai_gateway",
+        "vertex_ai",
+        "watsonx",
+        "zai",
+    }
+)
 # Providers whose models litellm also knows by their bare names ("gpt-4o-mini").
 _BARE = frozenset({"openai", "anthropic"})
 
@@ -122,11 +193,18 @@ def _plain(entry: Mapping[str, Any]) -> bool:
         if key in _PRICED:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return False
-        elif ("cost" in key or "pric" in key or "tier" in key) and key not in _UNUSED \
-                and not key.endswith(_UNUSED_SUFFIXES):
+        elif (
+            ("cost" in key or "pric" in key or "tier" in key)
+            and key not in _UNUSED
+            and not key.endswith(_UNUSED_SUFFIXES)
+        ):
             return False
-        elif key not in _DESCRIPTIVE and key not in _UNUSED and not key.startswith(_DESCRIPTIVE_PREFIXES) \
-                and not key.endswith(_UNUSED_SUFFIXES):
+        elif (
+            key not in _DESCRIPTIVE
+            and key not in _UNUSED
+            and not key.startswith(_DESCRIPTIVE_PREFIXES)
+            and not key.endswith(_UNUSED_SUFFIXES)
+        ):
             return False  # a field this reader does not know: litellm's to price
     return "input_cost_per_token" in entry and "output_cost_per_token" in entry
 
@@ -167,6 +245,11 @@ def entry_cost(entry: Mapping[str, Any], usage: Usage) -> float | None:
     """The usage priced by one plain entry of the map; None when the usage has kinds not priced here."""
     if not _simple(usage.raw):
         return None
-    return per_token_cost(usage, entry["input_cost_per_token"], entry["output_cost_per_token"],
-                          entry.get("cache_read_input_token_cost"), entry.get("cache_creation_input_token_cost"),
-                          entry.get("output_cost_per_reasoning_token"))
+    return per_token_cost(
+        usage,
+        entry["input_cost_per_token"],
+        entry["output_cost_per_token"],
+        entry.get("cache_read_input_token_cost"),
+        entry.get("cache_creation_input_token_cost"),
+        entry.get("output_cost_per_reasoning_token"),
+    )

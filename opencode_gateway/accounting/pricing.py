@@ -76,8 +76,9 @@ class Price:
             values[field] = value / divisor
         for required in ("input", "output"):
             if required not in values:
-                raise SettingsError(f"{where} needs an {required} price ({required}_cost_per_million or "
-                                    f"{required}_cost_per_token)")
+                raise SettingsError(
+                    f"{where} needs an {required} price ({required}_cost_per_million or {required}_cost_per_token)"
+                )
         return cls(**values)
 
     def cost(self, usage: Usage) -> float:
@@ -94,13 +95,17 @@ def litellm_price(model: str, usage: Usage) -> float | None:
     litellm = _litellm.load()
     # The raw object in LiteLLM's own (OpenAI) spelling; in Anthropic's, litellm.Usage would read
     # neither its input nor its output tokens: the normalised counts then.
-    usage_object = litellm.Usage(**dict(usage.raw)) if "prompt_tokens" in usage.raw else litellm.Usage(
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        total_tokens=usage.input_tokens + usage.output_tokens,
-        prompt_tokens_details={"cached_tokens": usage.cache_read_tokens},
-        completion_tokens_details={"reasoning_tokens": usage.reasoning_tokens},
-        cache_creation_input_tokens=usage.cache_write_tokens,
+    usage_object = (
+        litellm.Usage(**dict(usage.raw))
+        if "prompt_tokens" in usage.raw
+        else litellm.Usage(
+            prompt_tokens=usage.input_tokens,
+            completion_tokens=usage.output_tokens,
+            total_tokens=usage.input_tokens + usage.output_tokens,
+            prompt_tokens_details={"cached_tokens": usage.cache_read_tokens},
+            completion_tokens_details={"reasoning_tokens": usage.reasoning_tokens},
+            cache_creation_input_tokens=usage.cache_write_tokens,
+        )
     )
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(model=model, usage_object=usage_object)
@@ -134,11 +139,18 @@ def per_million(model: str, prices: Mapping[str, Price]) -> dict[str, float] | N
         entry = None if entries is None else entries.get(route.upstream_model)
         if entry is None:
             return None
-        price = Price(entry["input_cost_per_token"], entry["output_cost_per_token"],
-                      entry.get("cache_read_input_token_cost"), entry.get("cache_creation_input_token_cost"))
-    return {"input": price.input * 1e6, "output": price.output * 1e6,
-            "cache_read": (price.input if price.cache_read is None else price.cache_read) * 1e6,
-            "cache_write": (price.input if price.cache_write is None else price.cache_write) * 1e6}
+        price = Price(
+            entry["input_cost_per_token"],
+            entry["output_cost_per_token"],
+            entry.get("cache_read_input_token_cost"),
+            entry.get("cache_creation_input_token_cost"),
+        )
+    return {
+        "input": price.input * 1e6,
+        "output": price.output * 1e6,
+        "cache_read": (price.input if price.cache_read is None else price.cache_read) * 1e6,
+        "cache_write": (price.input if price.cache_write is None else price.cache_write) * 1e6,
+    }
 
 
 class Pricer:
@@ -147,8 +159,14 @@ class Pricer:
     def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
         self.prices = dict(prices or {})
 
-    def price(self, usage: Usage | None, models: Sequence[str], *, header_cost: float | None = None,
-              backends: Sequence[str] = ()) -> Cost:
+    def price(
+        self,
+        usage: Usage | None,
+        models: Sequence[str],
+        *,
+        header_cost: float | None = None,
+        backends: Sequence[str] = (),
+    ) -> Cost:
         """`models`: the names this request goes by, most specific first (the model that answered,
         the run's model, the gateway's model group). `backends`: the models behind a gateway's
         group, whose prices say what caching saved when the gateway reports only the cost."""
@@ -177,8 +195,9 @@ class Pricer:
         found = self._first_price(usage, models, load=load)
         return None if found is None else _saved(usage, found[2], found[3])
 
-    def _first_price(self, usage: Usage, models: Sequence[str], *,
-                     load: bool) -> tuple[str, str, float, Callable[[Usage], float | None]] | None:
+    def _first_price(
+        self, usage: Usage, models: Sequence[str], *, load: bool
+    ) -> tuple[str, str, float, Callable[[Usage], float | None]] | None:
         """(source, model, USD, how that model prices a usage) by the first price known for
         `models`: the settings', then LiteLLM's (only its bundled map without `load`)."""
         for model in models:
@@ -201,6 +220,9 @@ def _saved(usage: Usage, actual: float, price_of: Callable[[Usage], float | None
     """The same tokens priced as if none had been cached, less `actual`; 0 without cache tokens."""
     if not _cached(usage):
         return 0.0
-    without = price_of(Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                             reasoning_tokens=usage.reasoning_tokens))
+    without = price_of(
+        Usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens
+        )
+    )
     return None if without is None else without - actual

@@ -87,14 +87,28 @@ class Report:
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
         by_run = self.by == "run"
-        header = [self.by, *(("started (UTC)", "duration", "model", "outcome", "metadata") if by_run else ()),
-                  "runs", "requests", "input", "output", "cache_read", "cache_write", "reasoning", "cost_usd",
-                  "unpriced", "cached", "cache_saved_usd"]
+        header = [
+            self.by,
+            *(("started (UTC)", "duration", "model", "outcome", "metadata") if by_run else ()),
+            "runs",
+            "requests",
+            "input",
+            "output",
+            "cache_read",
+            "cache_write",
+            "reasoning",
+            "cost_usd",
+            "unpriced",
+            "cached",
+            "cache_saved_usd",
+        ]
         cells = []
         for group in self.groups:  # a breakdown's rows under their group's (in CSV: "group / model")
             cells.append(_cells(group, group.label, by_run))
-            cells += [_cells(part, f"{group.label} / {part.label}" if fmt == "csv" else f"  └ {part.label}", by_run)
-                      for part in group.parts]
+            cells += [
+                _cells(part, f"{group.label} / {part.label}" if fmt == "csv" else f"  └ {part.label}", by_run)
+                for part in group.parts
+            ]
         cells.append(_cells(self.total, "TOTAL", by_run))
         if fmt == "csv":
             out = io.StringIO()
@@ -112,23 +126,46 @@ class Report:
 
 def _cells(group: Group, label: str, by_run: bool) -> list[str]:
     facts = group.run
-    described = [] if not by_run else ["", "", "", "", ""] if facts is None else [
-        utc_time(facts.started_at), facts.duration,
-        facts.model, group.status or "", ", ".join(f"{k}={v}" for k, v in facts.metadata.items())]
-    return [label, *described, str(group.runs), str(group.requests), str(group.input_tokens), str(group.output_tokens),
-            str(group.cache_read_tokens), str(group.cache_write_tokens), str(group.reasoning_tokens),
-            f"{group.cost:.6f}",
-            str(group.unpriced_requests), f"{group.cached_share:.1%}",
-            "unknown" if group.cache_saved is None else f"{group.cache_saved:.6f}"]
+    described = (
+        []
+        if not by_run
+        else ["", "", "", "", ""]
+        if facts is None
+        else [
+            utc_time(facts.started_at),
+            facts.duration,
+            facts.model,
+            group.status or "",
+            ", ".join(f"{k}={v}" for k, v in facts.metadata.items()),
+        ]
+    )
+    return [
+        label,
+        *described,
+        str(group.runs),
+        str(group.requests),
+        str(group.input_tokens),
+        str(group.output_tokens),
+        str(group.cache_read_tokens),
+        str(group.cache_write_tokens),
+        str(group.reasoning_tokens),
+        f"{group.cost:.6f}",
+        str(group.unpriced_requests),
+        f"{group.cached_share:.1%}",
+        "unknown" if group.cache_saved is None else f"{group.cache_saved:.6f}",
+    ]
 
 
 def _group_dict(group: Group) -> dict[str, Any]:
     """A group as JSON: USD to 1e-12 (no 0.0028320000000000003), the cache share to 1e-6."""
     data = {field.name: getattr(group, field.name) for field in dataclasses.fields(group)}
-    data.update(cost=round(group.cost, 12), cached_share=round(group.cached_share, 6),
-                cache_saved=None if group.cache_saved is None else round(group.cache_saved, 12),
-                run=None if group.run is None else {**asdict(group.run), "metadata": dict(group.run.metadata)},
-                parts=[_group_dict(part) for part in group.parts])
+    data.update(
+        cost=round(group.cost, 12),
+        cached_share=round(group.cached_share, 6),
+        cache_saved=None if group.cache_saved is None else round(group.cache_saved, 12),
+        run=None if group.run is None else {**asdict(group.run), "metadata": dict(group.run.metadata)},
+        parts=[_group_dict(part) for part in group.parts],
+    )
     if group.run is None:
         del data["run"]
     if not group.parts:
@@ -140,8 +177,10 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total:
     """Aligned columns (the first to the left, the rest to the right), a rule above the last row
     when it is a `total`."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in [header, *rows]]
+    lines = [
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        for row in [header, *rows]
+    ]
     if total and rows:
         lines.insert(-1, "-" * len(lines[0]))
     return "\n".join(lines) + "\n"
@@ -149,40 +188,68 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total:
 
 def _group(row: Mapping[str, Any], key: str | None) -> Group:
     names = row.keys()
-    run = RunFacts(row["started_at"], row["ended_at"], row["model"], json.loads(row["metadata"] or "{}"),
-                   row["error"]) if "started_at" in names else None
-    return Group(key=key, run=run, runs=row["runs"] or 0, requests=row["requests"] or 0,
-                 input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0,
-                 cache_read_tokens=row["cache_read_tokens"] or 0, cache_write_tokens=row["cache_write_tokens"] or 0,
-                 reasoning_tokens=row["reasoning_tokens"] or 0, cost=row["cost"] or 0.0,
-                 unpriced_requests=row["unpriced_requests"] or 0,
-                 cache_saved=None if row["cache_saved_unknown"] else row["cache_saved"] or 0.0,
-                 status=row["status"] if "status" in row.keys() else None)
+    run = (
+        RunFacts(row["started_at"], row["ended_at"], row["model"], json.loads(row["metadata"] or "{}"), row["error"])
+        if "started_at" in names
+        else None
+    )
+    return Group(
+        key=key,
+        run=run,
+        runs=row["runs"] or 0,
+        requests=row["requests"] or 0,
+        input_tokens=row["input_tokens"] or 0,
+        output_tokens=row["output_tokens"] or 0,
+        cache_read_tokens=row["cache_read_tokens"] or 0,
+        cache_write_tokens=row["cache_write_tokens"] or 0,
+        reasoning_tokens=row["reasoning_tokens"] or 0,
+        cost=row["cost"] or 0.0,
+        unpriced_requests=row["unpriced_requests"] or 0,
+        cache_saved=None if row["cache_saved_unknown"] else row["cache_saved"] or 0.0,
+        status=row["status"] if "status" in row.keys() else None,
+    )
 
 
-def build_report(path: Path, *, by: str = "ticket", since: str | None = None, until: str | None = None,
-                 where: Sequence[tuple[str, str]] = (), breakdown: bool = False, tz: str | None = None) -> Report:
+def build_report(
+    path: Path,
+    *,
+    by: str = "ticket",
+    since: str | None = None,
+    until: str | None = None,
+    where: Sequence[tuple[str, str]] = (),
+    breakdown: bool = False,
+    tz: str | None = None,
+) -> Report:
     """Totals per group, most expensive first, and a total that counts each request once; with
     `breakdown`, each group's totals per model too. `tz` (an IANA name or an offset) says which
     days, weeks and months the dates and groups are; by default UTC."""
     connection = connect(path, create=False)
     try:
-        return report_from(connection, by=by, since=since, until=until, where=where, breakdown=breakdown,
-                           tz=zone(tz))
+        return report_from(connection, by=by, since=since, until=until, where=where, breakdown=breakdown, tz=zone(tz))
     finally:
         connection.close()
 
 
-def report_from(connection: Any, *, by: str, since: str | None, until: str | None,
-                where: Sequence[tuple[str, str]], breakdown: bool = False, tz: tzinfo = timezone.utc) -> Report:
+def report_from(
+    connection: Any,
+    *,
+    by: str,
+    since: str | None,
+    until: str | None,
+    where: Sequence[tuple[str, str]],
+    breakdown: bool = False,
+    tz: tzinfo = timezone.utc,
+) -> Report:
     """build_report, on a connection open to the ledger."""
-    rows, total, part_rows = group_rows(connection, by=by, since=since, until=until, where=where,
-                                        breakdown=breakdown, tz=tz)
+    rows, total, part_rows = group_rows(
+        connection, by=by, since=since, until=until, where=where, breakdown=breakdown, tz=tz
+    )
     parts: dict[str | None, list[Group]] = {}
     for row in part_rows:
         parts.setdefault(_key(row["grp"]), []).append(_group(row, _key(row["part"])))
-    groups = tuple(dataclasses.replace(_group(row, _key(row["grp"])), parts=tuple(parts.get(_key(row["grp"]), ())))
-                   for row in rows)
+    groups = tuple(
+        dataclasses.replace(_group(row, _key(row["grp"])), parts=tuple(parts.get(_key(row["grp"]), ()))) for row in rows
+    )
     return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
 
 

@@ -34,7 +34,7 @@ from .pricing import Pricer
 from .records import Purpose, RequestRecord, RunOutcome, RunUsage
 from .usage import Usage
 
-__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "Totals", "reservation_usage", "totals"]
+__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "RunRow", "Totals", "reservation_usage", "totals"]
 
 # The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -85,10 +85,15 @@ class Totals:
     @property
     def usage(self) -> RunUsage:
         u = self._usage
-        return RunUsage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                        cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
-                        reasoning_tokens=u.reasoning_tokens, requests=self.requests,
-                        usage_missing_requests=self.usage_missing)
+        return RunUsage(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            reasoning_tokens=u.reasoning_tokens,
+            requests=self.requests,
+            usage_missing_requests=self.usage_missing,
+        )
 
     @property
     def cost(self) -> float | None:
@@ -100,8 +105,12 @@ class Totals:
         return None if self.saved_unknown else self.known_saved
 
     def summary(self) -> dict[str, Any]:
-        return {**self.usage.to_dict(), "cost": self.cost, "cached_share": round(self.usage.cached_share, 6),
-                "cache_saved": self.cache_saved}
+        return {
+            **self.usage.to_dict(),
+            "cost": self.cost,
+            "cached_share": round(self.usage.cached_share, 6),
+            "cache_saved": self.cache_saved,
+        }
 
 
 def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tuple[str, ...]]:
@@ -116,11 +125,15 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
     if missing:
         estimated = sum(r.estimated for r in missing)
         if estimated:
-            warnings.append(f"{len(missing)} request(s) reported no usage; {estimated} of them estimated "
-                            "with litellm's token counter (flagged `estimated`)")
+            warnings.append(
+                f"{len(missing)} request(s) reported no usage; {estimated} of them estimated "
+                "with litellm's token counter (flagged `estimated`)"
+            )
         else:
-            warnings.append(f"{len(missing)} request(s) reported no usage: their tokens are not counted "
-                            "(set estimate_usage: true to estimate them)")
+            warnings.append(
+                f"{len(missing)} request(s) reported no usage: their tokens are not counted "
+                "(set estimate_usage: true to estimate them)"
+            )
     for model in dict.fromkeys(r.model for r in records if r.cost.usd is None and r.usage):
         warnings.append(
             f"no price is known for model {model}: its cost is null. Set one under `pricing:` in the "
@@ -129,14 +142,99 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
     return sums.usage, sums.cost, tuple(warnings)
 
 
+async def _period_refusal(periods: Sequence[tuple[PeriodBudget, str]], history: RunLedger | None) -> Refusal | None:
+    """A cap over many runs that the next call would pass (their spend, from the ledger)."""
+    if history is None:
+        return None
+    for period, value in periods:
+        since = period.start(time.time())
+        spent = await asyncio.wrap_future(history.spent_since(period.key, value, since))
+        refusal = period.refusal(value, spent, since)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+class RunRow:
+    """A run's row in the ledger (nothing without a ledger): opened before anything is sent,
+    updated with the run's totals, closed once."""
+
+    def __init__(self, ledger: RunLedger | None, run_id: str, totals: Totals) -> None:
+        self.ledger = ledger
+        self.run_id = run_id
+        self.totals = totals
+        self.finished = False
+
+    def open(
+        self,
+        *,
+        model: str,
+        mode: str,
+        workdir: str,
+        metadata: Mapping[str, Any],
+        tags: Sequence[str],
+        session_id: str | None,
+    ) -> None:
+        """The run's ledger row (a bad ledger fails here, before anything is sent)."""
+        if self.ledger is not None:
+            self.ledger.start_run(
+                run_id=self.run_id,
+                started_at=time.time(),
+                model=model,
+                mode=mode,
+                workdir=workdir,
+                metadata=metadata,
+                tags=tags,
+                session_id=session_id,
+            )
+
+    def update(
+        self,
+        *,
+        ended_at: float | None = None,
+        session_id: str | None = None,
+        stop_reason: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """The run's row with its totals so far (and, once it has ended, how)."""
+        if self.ledger is not None:
+            self.ledger.update_run(
+                run_id=self.run_id,
+                ended_at=ended_at,
+                session_id=session_id,
+                stop_reason=stop_reason,
+                error=error,
+                usage=self.totals.usage,
+                cost=self.totals.cost,
+                unpriced=self.totals.unpriced,
+            )
+
+    def finish(self, session_id: str | None, stop_reason: RunOutcome, error: str | None) -> None:
+        """Close the run's row, once (a later call changes nothing), and wait until it is committed."""
+        if self.finished:
+            return
+        self.finished = True
+        self.update(ended_at=time.time(), session_id=session_id, stop_reason=stop_reason, error=error)
+        if self.ledger is not None:
+            self.ledger.flush()
+
+
 class RunAccount:
     """Records go in through `add`; `admit` decides whether the next call may start. With a
-    `ledger`, `open` writes the run's row, each record its request's row, and `finish` closes it."""
+    `ledger`, each record is its request's row, and `row` the run's."""
 
-    def __init__(self, budget: Budget | None = None, *, pricer: Pricer | None = None, keep_records: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None, ledger: RunLedger | None = None,
-                 periods: Sequence[tuple[PeriodBudget, str]] = (), history: RunLedger | None = None,
-                 limits: RunAccount | None = None) -> None:
+    def __init__(
+        self,
+        budget: Budget | None = None,
+        *,
+        pricer: Pricer | None = None,
+        keep_records: bool = True,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        ledger: RunLedger | None = None,
+        periods: Sequence[tuple[PeriodBudget, str]] = (),
+        history: RunLedger | None = None,
+        limits: RunAccount | None = None,
+    ) -> None:
         # `limits`: the account whose budget admits this one's calls, counting them with others'
         # (a serve launch's, shared by all its sessions); this account then keeps only its row.
         self.limits = limits
@@ -150,52 +248,12 @@ class RunAccount:
         self.periods = tuple(periods) if history is not None else ()
         self.history = history
         self.totals = Totals()
+        self.row = RunRow(ledger, self.run_id, self.totals)  # the run's row in the ledger
         self.refusal: Refusal | None = None  # why the first refused call was refused
-        self.finished = False
         self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}
         self._ended = asyncio.Event()  # set whenever a call in flight ends
         self._costliest: float | None = None  # the highest cost a call of this run has had
-
-    def open(self, *, model: str, mode: str, workdir: str, metadata: Mapping[str, Any], tags: Sequence[str],
-             session_id: str | None) -> None:
-        """The run's ledger row (a bad ledger fails here, before anything is sent)."""
-        if self.ledger is not None:
-            self.ledger.start_run(run_id=self.run_id, started_at=time.time(), model=model, mode=mode,
-                                  workdir=workdir, metadata=metadata, tags=tags, session_id=session_id)
-
-    def update(self, *, ended_at: float | None = None, session_id: str | None = None,
-               stop_reason: str | None = None, error: str | None = None) -> None:
-        """The run's row with its totals so far (and, once it has ended, how)."""
-        if self.ledger is not None:
-            self.ledger.update_run(run_id=self.run_id, ended_at=ended_at, session_id=session_id,
-                                   stop_reason=stop_reason, error=error, usage=self.usage, cost=self.cost,
-                                   unpriced=self.unpriced)
-
-    def finish(self, session_id: str | None, stop_reason: RunOutcome, error: str | None) -> None:
-        """Close the run's row, once (a later call changes nothing), and wait until it is committed."""
-        if self.finished:
-            return
-        self.finished = True
-        self.update(ended_at=time.time(), session_id=session_id, stop_reason=stop_reason, error=error)
-        if self.ledger is not None:
-            self.ledger.flush()
-
-    @property
-    def usage(self) -> RunUsage:
-        return self.totals.usage
-
-    @property
-    def cost(self) -> float | None:
-        return self.totals.cost
-
-    @property
-    def unpriced(self) -> int:
-        return self.totals.unpriced
-
-    @property
-    def spent(self) -> Spent:
-        return self.totals.spent
 
     def add(self, record: RequestRecord) -> None:
         """A request ended (or was refused): count it, commit its row, and release what it had
@@ -246,32 +304,22 @@ class RunAccount:
         while True:
             if math.isinf(reservation.cost) and self._costliest is not None:  # a cost was seen while it waited
                 reservation = dataclasses.replace(reservation, cost=self._costliest)
-            refusal = (self.budget.refusal(self.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
-                       or await self._period_refusal())
+            refusal = (
+                self.budget.refusal(self.totals.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
+                or await _period_refusal(self.periods, self.history)
+            )
             if refusal is not None:
                 self._refused.add(request_id)
                 self.refusal = self.refusal or refusal
                 return refusal
             held = sum(self._in_flight.values(), Spent())
             remaining = deadline - asyncio.get_running_loop().time()
-            if not self._in_flight or remaining <= 0 or self.budget.allows(self.spent + held + reservation):
+            if not self._in_flight or remaining <= 0 or self.budget.allows(self.totals.spent + held + reservation):
                 self._in_flight[request_id] = reservation
                 return None
             self._ended.clear()  # only the calls in flight stand in the way: wait for one to end
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._ended.wait(), remaining)
-
-    async def _period_refusal(self) -> Refusal | None:
-        """A cap over many runs that the next call would pass (their spend, from the ledger)."""
-        if self.history is None:
-            return None
-        for period, value in self.periods:
-            since = period.start(time.time())
-            spent = await asyncio.wrap_future(self.history.spent_since(period.key, value, since))
-            refusal = period.refusal(value, spent, since)
-            if refusal is not None:
-                return refusal
-        return None
 
     def release(self, request_id: str) -> None:
         """A call ended without a record (it never reached the upstream)."""

@@ -29,8 +29,9 @@ def zone(name: str | None) -> tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise SettingsError(f"--tz {name!r} is not a time zone: give an IANA name (Europe/Berlin), an offset "
-                            "(+02:00) or UTC") from None
+        raise SettingsError(
+            f"--tz {name!r} is not a time zone: give an IANA name (Europe/Berlin), an offset (+02:00) or UTC"
+        ) from None
 
 
 _RELATIVE = re.compile(r"(\d+)([hdw])")
@@ -50,8 +51,10 @@ def parse_time(text: str, *, end_of_day: bool = False, tz: tzinfo = timezone.utc
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise SettingsError(f"{text!r} is not a date: use YYYY-MM-DD, an ISO 8601 time, today, yesterday, or a time "
-                            "ago such as 24h, 7d or 2w") from None
+        raise SettingsError(
+            f"{text!r} is not a date: use YYYY-MM-DD, an ISO 8601 time, today, yesterday, or a time "
+            "ago such as 24h, 7d or 2w"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
     seconds = moment.timestamp()

@@ -98,8 +98,14 @@ class Usage:
         }
 
 
-def per_token_cost(usage: Usage, input: float, output: float, cache_read: float | None = None,
-                   cache_write: float | None = None, reasoning: float | None = None) -> float:
+def per_token_cost(
+    usage: Usage,
+    input: float,
+    output: float,
+    cache_read: float | None = None,
+    cache_write: float | None = None,
+    reasoning: float | None = None,
+) -> float:
     """`usage` priced per token, as LiteLLM's generic formula prices it: a kind without a price of
     its own costs its parent kind's (cache reads and writes the input's, reasoning the output's)."""
     cache_read = input if cache_read is None else cache_read
@@ -142,8 +148,13 @@ class StreamUsageReader:
     counted once.
     """
 
-    def __init__(self, *, collect_text: bool = False, on_text: Callable[[str, str], None] | None = None,
-                 keep_answer: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        collect_text: bool = False,
+        on_text: Callable[[str, str], None] | None = None,
+        keep_answer: bool = False,
+    ) -> None:
         self._pending = b""
         self._collect = collect_text
         self._on_text = on_text
@@ -190,8 +201,14 @@ class StreamUsageReader:
         if payload == b"[DONE]":
             self.done = True
             return
-        if (self.model is not None and not self._collect and self._on_text is None and not self._keep_answer
-                and b'"usage"' not in payload and b'"error"' not in payload):
+        if (
+            self.model is not None
+            and not self._collect
+            and self._on_text is None
+            and not self._keep_answer
+            and b'"usage"' not in payload
+            and b'"error"' not in payload
+        ):
             return
         try:
             event = json.loads(payload)

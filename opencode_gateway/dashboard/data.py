@@ -30,11 +30,32 @@ from ..accounting.report import report_from
 __all__ = ["Query", "dashboard_data"]
 
 SERIES = 8  # groups (and models) drawn one by one; the others are summed as "(others)"
-REQUEST_COLUMNS = ("started_at", "model", "purpose", "input_tokens", "output_tokens", "cache_read_tokens",
-                   "cache_write_tokens", "reasoning_tokens", "cost", "cost_source", "status_code", "ttfb_s",
-                   "usage_missing")
-RUN_COLUMNS = ("run_id", "started_at", "ended_at", "model", "metadata", "stop_reason", "requests", "cost",
-               "unpriced_requests")
+REQUEST_COLUMNS = (
+    "started_at",
+    "model",
+    "purpose",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
+    "cost_source",
+    "status_code",
+    "ttfb_s",
+    "usage_missing",
+)
+RUN_COLUMNS = (
+    "run_id",
+    "started_at",
+    "ended_at",
+    "model",
+    "metadata",
+    "stop_reason",
+    "requests",
+    "cost",
+    "unpriced_requests",
+)
 
 
 @dataclass(frozen=True)
@@ -65,11 +86,19 @@ def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
     figures = report.to_dict()
     all_days = sorted({day for day, _, _ in days} | {day for day, _, _ in models})
     return {
-        "by": query.by, "since": query.since, "until": query.until, "where": [list(pair) for pair in query.where],
-        "generated_at": time.time(), "total": figures["total"], "groups": figures["groups"], "days": all_days,
+        "by": query.by,
+        "since": query.since,
+        "until": query.until,
+        "where": [list(pair) for pair in query.where],
+        "generated_at": time.time(),
+        "total": figures["total"],
+        "groups": figures["groups"],
+        "days": all_days,
         "bucket": bucket,
-        "by_group": _series(days, all_days), "by_model": _series(models, all_days),
-        "usage_missing_requests": missing or 0, **runs,
+        "by_group": _series(days, all_days),
+        "by_model": _series(models, all_days),
+        "usage_missing_requests": missing or 0,
+        **runs,
     }
 
 
@@ -79,7 +108,7 @@ def _series(rows: Sequence[tuple[str, str | None, float]], days: Sequence[str]) 
     for _, name, cost in rows:
         totals[name] = totals.get(name, 0.0) + cost
     ranked = sorted(totals, key=lambda name: (-totals[name], str(name)))
-    shown = ranked[:SERIES] if len(ranked) <= SERIES else ranked[:SERIES - 1]
+    shown = ranked[:SERIES] if len(ranked) <= SERIES else ranked[: SERIES - 1]
     index = {day: i for i, day in enumerate(days)}
     values = {name: [0.0] * len(days) for name in shown}
     others = [0.0] * len(days)
@@ -105,10 +134,14 @@ def _compact(column: str, value: Any) -> Any:
 def _runs(connection: Any, chosen: tuple[str, list[Any]], offset: int, limit: int | None) -> dict[str, Any]:
     """A page of runs, newest first, with the requests of each (those the filter covers)."""
     count, page = runs_page(connection, chosen, offset, limit)
-    rows = [[row[column] if column != "metadata" else json.loads(row["metadata"] or "{}") for column in RUN_COLUMNS]
-            for row in page]
+    rows = [
+        [row[column] if column != "metadata" else json.loads(row["metadata"] or "{}") for column in RUN_COLUMNS]
+        for row in page
+    ]
     requests: dict[str, list[list[Any]]] = {row[0]: [] for row in rows}
     for row in requests_of(connection, chosen, list(requests), REQUEST_COLUMNS):
         requests[row["run_id"]].append([_compact(column, row[column]) for column in REQUEST_COLUMNS])
-    return {"runs": {"count": count, "offset": offset, "limit": limit, "columns": list(RUN_COLUMNS), "rows": rows},
-            "requests": {"columns": list(REQUEST_COLUMNS), "by_run": requests}}
+    return {
+        "runs": {"count": count, "offset": offset, "limit": limit, "columns": list(RUN_COLUMNS), "rows": rows},
+        "requests": {"columns": list(REQUEST_COLUMNS), "by_run": requests},
+    }

@@ -65,15 +65,19 @@ class DashboardAccess:
         return hmac.compare_digest(token.encode(), self._admin.encode())
 
 
-_LOGIN_HELP = ("the dashboard needs a login: open the login URL `serve` printed, or get a new one with "
-               "`opencode-gateway serve login` on the server's machine (or send the admin token as a bearer)")
+_LOGIN_HELP = (
+    "the dashboard needs a login: open the login URL `serve` printed, or get a new one with "
+    "`opencode-gateway serve login` on the server's machine (or send the admin token as a bearer)"
+)
 
 
 def _login_page(why: str) -> Response:
-    body = (f"<!doctype html><html lang=en><meta charset=utf-8><title>opencode-gateway: log in</title>"
-            f"<body style='font:15px system-ui;margin:40px'><h1>Spend dashboard</h1><p>{why}</p><p>A login link works "
-            "once. For a new one, run this on the machine where <code>opencode-gateway serve</code> runs, and open "
-            "the link it prints:</p><pre>opencode-gateway serve login</pre></body></html>")
+    body = (
+        f"<!doctype html><html lang=en><meta charset=utf-8><title>opencode-gateway: log in</title>"
+        f"<body style='font:15px system-ui;margin:40px'><h1>Spend dashboard</h1><p>{why}</p><p>A login link works "
+        "once. For a new one, run this on the machine where <code>opencode-gateway serve</code> runs, and open "
+        "the link it prints:</p><pre>opencode-gateway serve login</pre></body></html>"
+    )
     return HTMLResponse(body, status_code=401, headers={"cache-control": "no-store"})
 
 
@@ -90,12 +94,18 @@ def _query(request: Request) -> Query:
         if not sep or not key:
             raise SettingsError(f"where={pair!r}: give KEY=VALUE")
         where.append((key, value))
-    return Query(by=params.get("by") or "ticket", since=params.get("since") or None,
-                 until=params.get("until") or None, where=tuple(where), limit=RUNS_SHOWN)
+    return Query(
+        by=params.get("by") or "ticket",
+        since=params.get("since") or None,
+        until=params.get("until") or None,
+        where=tuple(where),
+        limit=RUNS_SHOWN,
+    )
 
 
-def dashboard_routes(access: DashboardAccess, ledger_path: Path,
-                     sessions: Callable[[], list[dict[str, Any]]]) -> list[Route]:
+def dashboard_routes(
+    access: DashboardAccess, ledger_path: Path, sessions: Callable[[], list[dict[str, Any]]]
+) -> list[Route]:
     """`/` (the page), `/dashboard/data` (its figures as JSON), `/login` and `/login-codes`."""
 
     def refused() -> Response:
@@ -135,5 +145,9 @@ def dashboard_routes(access: DashboardAccess, ledger_path: Path,
             return not_admin()
         return JSONResponse({"login_url": f"{request.base_url}login?code={access.new_code()}"})
 
-    return [Route("/", page, methods=["GET"]), Route("/dashboard/data", figures, methods=["GET"]),
-            Route("/login", login, methods=["GET"]), Route("/login-codes", new_code, methods=["POST"])]
+    return [
+        Route("/", page, methods=["GET"]),
+        Route("/dashboard/data", figures, methods=["GET"]),
+        Route("/login", login, methods=["GET"]),
+        Route("/login-codes", new_code, methods=["POST"]),
+    ]

@@ -1,90 +1,44 @@
-"""The Starlette app OpenCode sees as its only provider.
+"""The Starlette app OpenCode sees as its only provider: its routes.
 
-Each request is checked (token), cleaned (spoofable fields dropped, model pinned, usage asked for),
-forwarded, and relayed back chunk by chunk while its usage is read from the passing stream. When the
-request ends, however it ends, one RequestRecord goes to its run's account.
+Each request is checked (token, body), routed, cleaned (spoofable fields dropped, model pinned,
+usage asked for) and admitted by its account's budget; then call.py forwards and relays it, and
+records it however it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
-import json
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-import anyio
-import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..accounting.pricing import Cost, Pricer
-from ..accounting.records import Purpose, RequestRecord
-from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
-from ..credentials import redact
-from ..litellm_gateway.protocol import is_budget_error
+from ..accounting.pricing import Cost
 from ..opencode.purpose import request_purpose
 from .bodies import PARSED_AT_ONCE, json_body
-from .hooks import NO_HOOKS, Hooks
-from .http import bearer, error_body, error_message, error_response
+from .call import REFUSED_STATUS, Call, Endpoint, RetryPolicy
+from .http import bearer, error_response
 from .routing import BadRequest, Router, RunRouter, Target, Targeting
 from .tagging import clean_body, forwarded_headers
-from .upstream import StreamStalled, UpstreamReply
 
-__all__ = ["BadRequest", "Endpoint", "RetryPolicy", "Router", "RunRouter", "Target", "Targeting", "create_app",
-           "transient"]
+__all__ = [
+    "BadRequest",
+    "Endpoint",
+    "RetryPolicy",
+    "Router",
+    "RunRouter",
+    "Target",
+    "Targeting",
+    "create_app",
+]
 
 log = logging.getLogger("opencode_gateway.endpoint")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of upstream failures OpenCode would otherwise retry itself, for minutes and
-    silently. Only before the first byte is relayed: a started answer is never sent twice."""
-
-    attempts: int = 3
-    base_delay: float = 0.5
-    max_delay: float = 8.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        wanted = retry_after if retry_after is not None else self.base_delay * 2 ** (attempt - 1)
-        return max(0.0, min(wanted, self.max_delay))
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """What the app needs: who may call it, where to forward, and where records go."""
-
-    router: Router  # who may call, and where each request goes (a run's: RunRouter; serve's: its own)
-    secrets: Sequence[str] = ()  # values scrubbed from every error body and log line
-    retry: RetryPolicy = RetryPolicy()
-    pricer: Pricer = Pricer()
-    estimate_usage: bool = False  # estimate tokens of streams that report no usage
-    first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
-    max_body_bytes: int = 32 * 1024 * 1024
-    keep_answers: bool = False  # each record carries the text of its answer (a run's answer is taken from them)
-    hooks: Hooks = NO_HOOKS  # what a run's endpoint tells the run, and asks of it
-
-    def authorized(self, headers: Mapping[str, str]) -> bool:
-        token = bearer(headers)
-        return token is not None and self.router.authorized(token)
-
-    def scrub(self, text: str) -> str:
-        return redact(text, self.secrets)
-
-
-# A refused call's status: 400, as LiteLLM's proxy answers a spent budget. OpenCode retries a 429
-# for a minute (6 attempts) before it gives up; a run stops OpenCode on the refusal anyway, but a
-# TUI launched through serve would sit retrying.
-REFUSED_STATUS = 400
 
 
 def _forwarded(body: dict[str, Any], target: Target) -> dict[str, Any]:
@@ -108,24 +62,23 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
     def authorized(request: Request) -> bool:
         return endpoint.authorized(request.headers)
 
-    def unauthorized() -> Response:
-        return error_response("missing or wrong bearer token for this opencode-gateway endpoint", 401,
-                              "authentication_error")
-
     async def models(request: Request) -> Response:
         if not authorized(request):
-            return unauthorized()
-        entries = [{"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"}
-                   for model in endpoint.router.models()]
+            return _unauthorized()
+        entries = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "opencode-gateway"}
+            for model in endpoint.router.models()
+        ]
         return JSONResponse({"object": "list", "data": entries})
 
     # Bodies being read and parsed at once, per token: one token (an agent's) cannot fill memory.
     parsing: collections.defaultdict[str, asyncio.Semaphore] = collections.defaultdict(
-        lambda: asyncio.Semaphore(PARSED_AT_ONCE))
+        lambda: asyncio.Semaphore(PARSED_AT_ONCE)
+    )
 
     async def chat(request: Request) -> Response:
         if not authorized(request):
-            return unauthorized()
+            return _unauthorized()
         body = await json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
         if isinstance(body, Response):
             return body
@@ -138,7 +91,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
             return error_response(str(exc), 400, "invalid_request_error")
         body = _forwarded(body, target)
         stream = bool(body.get("stream"))
-        call = _Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)
+        call = Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)
         await endpoint.hooks.follows(call.session_id, body)
         account = target.account
         reservation = account.reserve(body, [target.model, target.upstream.model], purpose)
@@ -148,14 +101,23 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
             return error_response(str(refusal), REFUSED_STATUS, "budget_exceeded")
         return await call.respond(forwarded_headers(request.headers))
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/models", models, methods=["GET"]),
-        Route("/health", _health, methods=["GET"]),
-        *routes,
-    ], exception_handlers={404: _not_found, 405: _not_found})
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/models", models, methods=["GET"]),
+            Route("/health", _health, methods=["GET"]),
+            *routes,
+        ],
+        exception_handlers={404: _not_found, 405: _not_found},
+    )
+
+
+def _unauthorized() -> Response:
+    return error_response(
+        "missing or wrong bearer token for this opencode-gateway endpoint", 401, "authentication_error"
+    )
 
 
 async def _health(request: Request) -> Response:
@@ -166,183 +128,3 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     message = {404: f"no route {request.url.path}", 405: f"method {request.method} not allowed here"}
     return error_response(message.get(status, "request failed"), status, "invalid_request_error")
-
-
-class _Call:
-    """One request's timing and accounting, from forwarding to its record."""
-
-    def __init__(self, endpoint: Endpoint, target: Target, stream: bool, body: dict[str, Any],
-                 session_id: str | None, purpose: Purpose = "main") -> None:
-        self.endpoint = endpoint
-        self.target = target
-        self.stream = stream
-        self.body = body
-        self.session_id = session_id
-        self.purpose = purpose
-        self.request_id = uuid.uuid4().hex
-        self.started_at = time.time()
-        self.started = time.monotonic()
-        self.ttfb: float | None = None
-        self.attempts = 1
-
-    async def respond(self, headers: dict[str, str]) -> Response:
-        """Forward the admitted request; the answer, relayed as it comes if streamed."""
-        try:
-            reply = await self.forward(headers)
-        except BaseException:  # OpenCode went away before the upstream answered: nothing to record
-            self.target.account.release(self.request_id)
-            raise
-        if reply.status_code >= 400:
-            return await self.failed(reply)
-        if self.stream and reply.is_stream:
-            return StreamingResponse(self.relay(reply), media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache"})
-        return await self.whole(reply)
-
-    async def forward(self, headers: dict[str, str]) -> UpstreamReply:
-        """Send upstream, retrying a transient failure (never a spent budget, never a timeout:
-        waiting again would only double the wait)."""
-        endpoint = self.endpoint
-        for attempt in range(1, endpoint.retry.attempts + 1):
-            self.attempts = attempt
-            try:
-                reply = await asyncio.wait_for(self.target.upstream.send(self.body, headers, self.target.tagging),
-                                               endpoint.first_byte_timeout)
-            except asyncio.TimeoutError:
-                message = f"the upstream sent no answer within {endpoint.first_byte_timeout:g} s (first-byte timeout)"
-                reply = UpstreamReply.error(message, 504)
-                break
-            if not transient(reply.status_code) or attempt == endpoint.retry.attempts:
-                break
-            if is_budget_error(await reply.read()):
-                break
-            await reply.aclose()
-            delay = endpoint.retry.delay(attempt, reply.retry_after)
-            log.warning("upstream answered %s; retrying in %.1f s (attempt %d of %d)",
-                        reply.status_code, delay, attempt + 1, endpoint.retry.attempts)
-            endpoint.hooks.retrying(reply.status_code, attempt + 1, delay)
-            await asyncio.sleep(delay)
-        self.ttfb = time.monotonic() - self.started
-        return reply
-
-    def record(self, status: int, usage: Usage | None, cost: Cost, upstream_model: str | None,
-               error: str | None = None, *, usage_missing: bool = False, estimated: bool = False,
-               response_id: str | None = None, answer: str | None = None) -> None:
-        record = RequestRecord(
-            request_id=self.request_id, model=self.target.model, upstream_model=upstream_model,
-            status_code=status, stream=self.stream, usage=usage, cost=cost, started_at=self.started_at,
-            duration_s=time.monotonic() - self.started, ttfb_s=self.ttfb, attempts=self.attempts,
-            error=None if error is None else self.endpoint.scrub(error), usage_missing=usage_missing,
-            estimated=estimated, response_id=response_id, session_id=self.session_id, purpose=self.purpose,
-            answer=answer if self.endpoint.keep_answers else None,
-        )
-        self.target.account.add(record)
-
-    def usage_or_estimate(self, usage: Usage | None, completion: str) -> tuple[Usage | None, bool]:
-        """The reported usage, or (with estimate_usage) an estimate and True."""
-        if usage is not None or not self.endpoint.estimate_usage:
-            return usage, False
-        estimate = estimate_usage(self.target.upstream.model, self.body.get("messages"), completion)
-        return estimate, estimate is not None
-
-    def price(self, reply: UpstreamReply, usage: Usage | None, upstream_model: str | None) -> Cost:
-        if usage is not None and not reply.reports_cost:
-            usage = dataclasses.replace(usage, reported_cost=None)
-        names = [upstream_model or "", self.target.model, self.target.upstream.model]
-        return self.endpoint.pricer.price(usage, names, header_cost=reply.header_cost,
-                                          backends=self.target.upstream.backends)
-
-    async def failed(self, reply: UpstreamReply) -> Response:
-        raw = await reply.read()
-        await reply.aclose()
-        message = error_message(raw) or f"upstream answered HTTP {reply.status_code}"
-        message = self.endpoint.scrub(message)
-        log.warning("upstream error %s: %s", reply.status_code, message)
-        self.record(reply.status_code, None, Cost(0.0, "failed"), None, message)  # refused: nothing generated
-        return error_response(message, reply.status_code, "upstream_error")
-
-    async def whole(self, reply: UpstreamReply) -> Response:
-        raw = await reply.read()
-        await reply.aclose()
-        try:
-            data: Any = json.loads(raw)
-        except ValueError:
-            data = None
-        body = data if isinstance(data, dict) else {}
-        model = body.get("model") if isinstance(body.get("model"), str) and body["model"] else None
-        reported = usage_from_body(data)
-        usage, estimated = self.usage_or_estimate(reported, json.dumps(body.get("choices", "")))
-        self.record(reply.status_code, usage, self.price(reply, usage, model), model, usage_missing=reported is None,
-                    estimated=estimated, response_id=body.get("id") if isinstance(body.get("id"), str) else None,
-                    answer=_answer_of(body))
-        return Response(raw, reply.status_code, media_type=reply.media_type)
-
-    async def relay(self, reply: UpstreamReply) -> AsyncIterator[bytes]:
-        """Relay the stream as it comes. However it ends, OpenCode gets a well-formed ending (a
-        stream cut or stalled upstream becomes an SSE error event, never a cut) and one record
-        is made."""
-        reader = _stream_reader(self.endpoint, self.session_id)
-        failure: str | None = None
-        ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
-        try:
-            try:
-                async for chunk in reply.chunks:
-                    reader.feed(chunk)
-                    yield chunk
-            except StreamStalled as exc:
-                failure = str(exc)
-            except httpx.HTTPError as exc:
-                failure = f"the upstream stream broke off ({type(exc).__name__})"
-            reader.close()
-            if failure is None and reader.error is not None:
-                failure = _error_text(reader.error)  # the upstream's own error event, relayed as it came
-            elif failure is None and not reader.done:
-                failure = "the upstream stream ended before [DONE]"
-            if failure is not None and reader.error is None:
-                yield b"data: " + error_body(self.endpoint.scrub(failure), status_code=502) + b"\n\n"
-            ended = True
-        finally:
-            with anyio.CancelScope(shield=True):
-                await reply.aclose()
-                reader.close()
-                if not ended:
-                    failure, status = "the client closed the connection before the stream ended", 499
-                else:
-                    status = 200 if failure is None else 502
-                # Priced and recorded just after the stream's last byte is sent, not before it.
-                asyncio.get_running_loop().call_soon(self.record_stream, reply, reader, status, failure)
-
-    def record_stream(self, reply: UpstreamReply, reader: StreamUsageReader, status: int, failure: str | None) -> None:
-        usage, estimated = self.usage_or_estimate(reader.usage, reader.text)
-        self.record(status, usage, self.price(reply, usage, reader.model), reader.model, failure,
-                    usage_missing=reader.usage is None, estimated=estimated, response_id=reader.response_id,
-                    answer=reader.answer)
-
-
-def _stream_reader(endpoint: Endpoint, session_id: str | None) -> StreamUsageReader:
-    """What a relayed stream is read for: its usage, and, as the endpoint asks, its text for an
-    estimate, each piece passed on live, the answer kept."""
-    hooks = endpoint.hooks
-    return StreamUsageReader(collect_text=endpoint.estimate_usage, keep_answer=endpoint.keep_answers,
-                             on_text=(lambda kind, piece: hooks.streamed(session_id, kind, piece))
-                             if hooks.streams_text else None)
-
-
-def _answer_of(body: Mapping[str, Any]) -> str:
-    """The text of a whole (not streamed) answer: its first choice's message content."""
-    choices = body.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
-    message = first.get("message")
-    content = message.get("content") if isinstance(message, Mapping) else None
-    return content if isinstance(content, str) else ""
-
-
-def _error_text(error: Any) -> str:
-    message = error.get("message") if isinstance(error, dict) else None
-    return str(message or error)
-
-
-def transient(status_code: int) -> bool:
-    """A failure that another attempt may not meet: a timeout, a conflict, a rate limit, a server
-    error. Not 501 or 505 (the server does not do what was asked, and will not), nor another 4xx."""
-    return status_code in (408, 409, 429) or (status_code >= 500 and status_code not in (501, 505))

@@ -41,6 +41,7 @@ def too_many_values(raw: bytes) -> bool:
     """Whether `raw` holds more than MAX_JSON_VALUES values (objects, arrays, and the items
     commas separate). Counting the brackets and commas inside strings too is an upper bound,
     enough for almost every body; only above it are the strings taken out and counted exactly."""
+
     def values(text: bytes) -> int:
         return text.count(b"{") + text.count(b"[") + text.count(b",")
 
@@ -55,8 +56,11 @@ async def json_body(request: Request, limit: int, parsing: asyncio.Semaphore) ->
         if raw is None:
             return error_response(f"request body is over the limit of {limit:,} bytes", 413, "invalid_request_error")
         if too_many_values(raw):
-            return error_response(f"request body holds over {MAX_JSON_VALUES:,} JSON values: no chat request needs "
-                                  "that many", 413, "invalid_request_error")
+            return error_response(
+                f"request body holds over {MAX_JSON_VALUES:,} JSON values: no chat request needs that many",
+                413,
+                "invalid_request_error",
+            )
         try:
             body = json.loads(raw)
         except ValueError:

@@ -40,8 +40,7 @@ def error_message(raw: bytes) -> str | None:
         if text[:200].lstrip().lower().startswith(("<!doctype", "<html")):  # a web server's page, not an API's
             title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
             page = " ".join(html.unescape(title.group(1)).split()) if title else "no title"
-            return (f"an HTML page ({page!r}), not an API's answer: is the API base URL right (it usually ends in "
-                    "/v1)?")
+            return f"an HTML page ({page!r}), not an API's answer: is the API base URL right (it usually ends in /v1)?"
         return " ".join(text.split())[:2000] or None
     if isinstance(data, dict):
         error = data.get("error", data.get("detail"))

@@ -55,12 +55,21 @@ class EndpointServer:
     """`async with EndpointServer(app) as server:` serves `app` at `server.url` until the block ends.
     The app may be set later, until the block starts (`server.app = ...`)."""
 
-    def __init__(self, app: Any = None, host: str = "127.0.0.1", port: int = 0, *, allow_remote: bool = False,
-                 unix_socket: Path | None = None) -> None:
+    def __init__(
+        self,
+        app: Any = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        allow_remote: bool = False,
+        unix_socket: Path | None = None,
+    ) -> None:
         """`unix_socket`: also serve there (a sandboxed run reaches the endpoint only through it)."""
         if not allow_remote and not _is_loopback(host):
-            raise SettingsError(f"the endpoint binds only to loopback, not {host}: asking for another address "
-                                "needs an explicit choice (serve --host)")
+            raise SettingsError(
+                f"the endpoint binds only to loopback, not {host}: asking for another address "
+                "needs an explicit choice (serve --host)"
+            )
         self.app = app  # an ASGI app (starlette's types are not imported here either)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sockets = [self._socket]
@@ -91,8 +100,15 @@ class EndpointServer:
     async def __aenter__(self) -> EndpointServer:
         import uvicorn
 
-        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=_GRACE_S, timeout_keep_alive=_KEEP_ALIVE_S)
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=_GRACE_S,
+            timeout_keep_alive=_KEEP_ALIVE_S,
+        )
         config.load()
         self._server = uvicorn.Server(config)
         self._server.lifespan = config.lifespan_class(config)

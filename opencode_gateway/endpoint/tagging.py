@@ -28,25 +28,27 @@ USER_AGENT = "opencode-gateway"  # ours, so the gateway's user-agent tag is ours
 # The only body fields passed on, each because OpenCode's openai-compatible provider sends it and a
 # model needs it. Every other field (fallbacks, prices, api_base, timeouts, retries, caching, user,
 # metadata, any litellm parameter) would let the request choose where it goes or what it costs.
-FORWARDED_FIELDS: Mapping[str, str] = MappingProxyType({
-    "model": "replaced by the run's model (pinned)",
-    "messages": "the conversation",
-    "tools": "the tools OpenCode offers",
-    "tool_choice": "whether the model must call a tool",
-    "parallel_tool_calls": "whether it may call several at once",
-    "stream": "OpenCode streams every call",
-    "stream_options": "replaced by {include_usage: true} (usage is how a call is priced)",
-    "max_tokens": "the answer's length limit (clamped to the model's in SDK mode)",
-    "max_completion_tokens": "the same limit, as newer OpenAI models name it",
-    "temperature": "sampling",
-    "top_p": "sampling",
-    "frequency_penalty": "sampling",
-    "presence_penalty": "sampling",
-    "seed": "sampling",
-    "stop": "stop sequences",
-    "response_format": "structured output",
-    "reasoning_effort": "how much a reasoning model thinks",
-})
+FORWARDED_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "model": "replaced by the run's model (pinned)",
+        "messages": "the conversation",
+        "tools": "the tools OpenCode offers",
+        "tool_choice": "whether the model must call a tool",
+        "parallel_tool_calls": "whether it may call several at once",
+        "stream": "OpenCode streams every call",
+        "stream_options": "replaced by {include_usage: true} (usage is how a call is priced)",
+        "max_tokens": "the answer's length limit (clamped to the model's in SDK mode)",
+        "max_completion_tokens": "the same limit, as newer OpenAI models name it",
+        "temperature": "sampling",
+        "top_p": "sampling",
+        "frequency_penalty": "sampling",
+        "presence_penalty": "sampling",
+        "seed": "sampling",
+        "stop": "stop sequences",
+        "response_format": "structured output",
+        "reasoning_effort": "how much a reasoning model thinks",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _open(self) -> Any:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S,
-                                         use_dns_cache=True)
+        connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S, use_dns_cache=True)
         # No cookies kept between requests of different callers; the body decoded like httpx's.
-        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                                     skip_auto_headers=("User-Agent",), timeout=aiohttp.ClientTimeout(total=None))
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent",),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         import aiohttp
@@ -67,13 +70,19 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is None:
             self._session = self._open()
         limits = request.extensions.get("timeout", {})
-        timeout = aiohttp.ClientTimeout(total=None, connect=limits.get("pool"), sock_connect=limits.get("connect"),
-                                        sock_read=limits.get("read"))
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=limits.get("pool"), sock_connect=limits.get("connect"), sock_read=limits.get("read")
+        )
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         try:
-            response = await self._session.request(request.method, str(request.url), headers=headers,
-                                                   data=await request.aread(), timeout=timeout,
-                                                   allow_redirects=False)
+            response = await self._session.request(
+                request.method,
+                str(request.url),
+                headers=headers,
+                data=await request.aread(),
+                timeout=timeout,
+                allow_redirects=False,
+            )
         except aiohttp.ConnectionTimeoutError:
             raise httpx.ConnectTimeout("no connection within the connect timeout", request=request) from None
         except asyncio.TimeoutError:  # aiohttp's read timeout is one too
@@ -82,9 +91,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(str(exc), request=request) from exc
         except aiohttp.ClientError as exc:
             raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}", request=request) from exc
-        return httpx.Response(response.status, headers=[(k, v) for k, v in response.raw_headers
-                                                        if k.lower() not in _DECODED],
-                              stream=_Body(response, request), request=request)
+        return httpx.Response(
+            response.status,
+            headers=[(k, v) for k, v in response.raw_headers if k.lower() not in _DECODED],
+            stream=_Body(response, request),
+            request=request,
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -171,14 +171,21 @@ class ProxyUpstream:
         """The litellm model strings of the group's deployments, from the gateway's model info
         for the key; () when the gateway does not say."""
         try:
-            response = await self._client.get(self.url.removesuffix("/v1/chat/completions") + "/v1/model/info",
-                                              headers=self._auth)
+            response = await self._client.get(
+                self.url.removesuffix("/v1/chat/completions") + "/v1/model/info", headers=self._auth
+            )
             entries = response.json().get("data") if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return ()
-        return tuple(dict.fromkeys(str(entry["litellm_params"].get("model")) for entry in entries or ()
-                                   if isinstance(entry, dict) and entry.get("model_name") == self.model
-                                   and isinstance(entry.get("litellm_params"), dict)))
+        return tuple(
+            dict.fromkeys(
+                str(entry["litellm_params"].get("model"))
+                for entry in entries or ()
+                if isinstance(entry, dict)
+                and entry.get("model_name") == self.model
+                and isinstance(entry.get("litellm_params"), dict)
+            )
+        )
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
@@ -194,8 +201,15 @@ class ProxyUpstream:
 class SdkUpstream:
     """Any LiteLLM provider, called in-process through `litellm.acompletion`."""
 
-    def __init__(self, model: str, api_base: str | None, api_key: str | None, *, idle_timeout: float = 300.0,
-                 caching: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None,
+        api_key: str | None,
+        *,
+        idle_timeout: float = 300.0,
+        caching: str | None = None,
+    ) -> None:
         self.model = model
         self.backends: tuple[str, ...] = ()
         self._idle = idle_timeout
@@ -206,8 +220,13 @@ class SdkUpstream:
     async def send(self, body: dict[str, Any], headers: Mapping[str, str], tagging: Tagging) -> UpstreamReply:
         litellm = _litellm.load()
         # max_retries=0: the endpoint's RetryPolicy is the one retry layer, and it is recorded.
-        kwargs = {**prepared(body, self._caching, tagging.session_id), "model": self.model,
-                  "metadata": tagging.sdk_metadata(), "drop_params": True, "max_retries": 0}
+        kwargs = {
+            **prepared(body, self._caching, tagging.session_id),
+            "model": self.model,
+            "metadata": tagging.sdk_metadata(),
+            "drop_params": True,
+            "max_retries": 0,
+        }
         kwargs.update(self._credentials)
         self._clamp_max_tokens(litellm, kwargs)
         try:
@@ -266,7 +285,8 @@ def _unreachable(exc: BaseException) -> str | None:
         if isinstance(cause, socket.gaierror) or "Name or service not known" in str(cause):
             return "the host name does not resolve"
         if isinstance(cause, ConnectionRefusedError) or any(
-                sign in str(cause) for sign in ("Connection refused", "Connect call failed")):
+            sign in str(cause) for sign in ("Connection refused", "Connect call failed")
+        ):
             return "connection refused"
         if isinstance(cause, httpx.ConnectError):
             return f"cannot connect ({one_line(str(cause)) or type(cause).__name__})"

@@ -28,8 +28,9 @@ def _refusal_text(response: httpx.Response) -> str:
     return one_line(str(error or response.text), 200)
 
 
-async def check_gateway(base_url: str, api_key: str | None, group: str, *,
-                        client: httpx.AsyncClient | None = None) -> None:
+async def check_gateway(
+    base_url: str, api_key: str | None, group: str, *, client: httpx.AsyncClient | None = None
+) -> None:
     """Raise PreflightError unless the gateway at `base_url` answers and lets the key use `group`;
     BudgetExceeded when the key's budget is already spent (the run ends as a budget refusal)."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
@@ -40,27 +41,40 @@ async def check_gateway(base_url: str, api_key: str | None, group: str, *,
         try:
             response = await client.get(f"{base_url}/v1/models", headers=headers)
         except httpx.HTTPError as exc:
-            raise PreflightError(f"cannot reach the LiteLLM gateway at {base_url} ({type(exc).__name__}): "
-                                 "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?",
-                                 check="reachable") from None
+            raise PreflightError(
+                f"cannot reach the LiteLLM gateway at {base_url} ({type(exc).__name__}): "
+                "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?",
+                check="reachable",
+            ) from None
         if not api_key and response.status_code != 200:
-            raise PreflightError(f"no key is set for the LiteLLM gateway at {base_url}: set LITELLM_PROXY_API_KEY "
-                                 "(or pass --api-key) to a virtual key of the gateway", check="key")
+            raise PreflightError(
+                f"no key is set for the LiteLLM gateway at {base_url}: set LITELLM_PROXY_API_KEY "
+                "(or pass --api-key) to a virtual key of the gateway",
+                check="key",
+            )
         if response.status_code in (401, 403):
-            raise PreflightError(f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
-                                 f"{_refusal_text(response)}): check --api-key / LITELLM_PROXY_API_KEY", check="key")
+            raise PreflightError(
+                f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
+                f"{_refusal_text(response)}): check --api-key / LITELLM_PROXY_API_KEY",
+                check="key",
+            )
         if response.status_code != 200 and is_budget_error(response.content):
             raise BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_refusal_text(response)}")
         if response.status_code != 200:
-            raise PreflightError(f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
-                                 f"{response.status_code}: {_refusal_text(response)}", check="reachable")
+            raise PreflightError(
+                f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
+                f"{response.status_code}: {_refusal_text(response)}",
+                check="reachable",
+            )
         allowed = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
         if group in allowed or not allowed or any("*" in name for name in allowed):
             return
         info = await _key_info(client, base_url, headers)
         alias = f" {info['key_alias']!r}" if info.get("key_alias") else ""
-        raise PreflightError(f"the key{alias} may not use model group {group!r} on {base_url}; "
-                             f"it may use: {', '.join(sorted(allowed))}", check="group")
+        raise PreflightError(
+            f"the key{alias} may not use model group {group!r} on {base_url}; it may use: {', '.join(sorted(allowed))}",
+            check="group",
+        )
     finally:
         if owned:
             await client.aclose()

@@ -29,7 +29,7 @@ class ModelRoute:
     @classmethod
     def of(cls, model: str) -> ModelRoute:
         if model.startswith(GATEWAY_PREFIX):
-            return cls(model, "gateway", model[len(GATEWAY_PREFIX):])
+            return cls(model, "gateway", model[len(GATEWAY_PREFIX) :])
         return cls(model, "sdk", model)
 
     @property

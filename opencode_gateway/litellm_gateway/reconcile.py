@@ -68,23 +68,34 @@ def _our_requests(ledger: Path, run_id: str | None, since: str | None) -> dict[s
     return runs
 
 
-def _gateway_rows(client: httpx.Client, base: str, run_id: str, started: float,
-                  ended: float | None) -> list[dict[str, Any]]:
+def _gateway_rows(
+    client: httpx.Client, base: str, run_id: str, started: float, ended: float | None
+) -> list[dict[str, Any]]:
     fmt = "%Y-%m-%d %H:%M:%S"
     start = datetime.fromtimestamp(started, timezone.utc) - timedelta(days=1)
     end = datetime.fromtimestamp(ended or time.time(), timezone.utc) + timedelta(days=1)
     rows: list[dict[str, Any]] = []
     page = 1
     while True:
-        response = client.get(f"{base}/spend/logs/v2", params={
-            "session_id": run_id, "start_date": start.strftime(fmt), "end_date": end.strftime(fmt),
-            "page": page, "page_size": 1000})
+        response = client.get(
+            f"{base}/spend/logs/v2",
+            params={
+                "session_id": run_id,
+                "start_date": start.strftime(fmt),
+                "end_date": end.strftime(fmt),
+                "page": page,
+                "page_size": 1000,
+            },
+        )
         if response.status_code in (401, 403):  # the wrong key: a usage problem (exit 2), not a difference
-            raise SettingsError(f"the gateway refused to show its spend logs to this key (HTTP {response.status_code}):"
-                                " --reconcile needs an admin key of the gateway (--api-key, or LITELLM_PROXY_API_KEY)")
+            raise SettingsError(
+                f"the gateway refused to show its spend logs to this key (HTTP {response.status_code}):"
+                " --reconcile needs an admin key of the gateway (--api-key, or LITELLM_PROXY_API_KEY)"
+            )
         if response.status_code != 200:
-            raise GatewayError(f"the gateway's /spend/logs/v2 answered HTTP {response.status_code}: "
-                               f"{response.text[:300]}")
+            raise GatewayError(
+                f"the gateway's /spend/logs/v2 answered HTTP {response.status_code}: {response.text[:300]}"
+            )
         body = response.json()
         rows += [r for r in body.get("data", []) if r.get("session_id") == run_id and r.get("status") == "success"]
         if page >= int(body.get("total_pages") or 1):
@@ -92,8 +103,9 @@ def _gateway_rows(client: httpx.Client, base: str, run_id: str, started: float,
         page += 1
 
 
-def reconcile(ledger: Path, api_base: str, api_key: str, *, run_id: str | None = None, since: str | None = None,
-              wait: float = 0.0) -> list[Line]:
+def reconcile(
+    ledger: Path, api_base: str, api_key: str, *, run_id: str | None = None, since: str | None = None, wait: float = 0.0
+) -> list[Line]:
     """One Line per request on either side. The gateway writes spend logs in batches: with `wait`,
     ask again (for up to that many seconds) while a request is missing there."""
     ours = _our_requests(ledger, run_id, since)
@@ -101,8 +113,17 @@ def reconcile(ledger: Path, api_base: str, api_key: str, *, run_id: str | None =
     deadline = time.monotonic() + wait
     with httpx.Client(headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
         while True:
-            lines = [line for run, rows in ours.items() for line in _match(run, rows, _gateway_rows(
-                client, base, run, min(r["run_started"] for r in rows), max(r["run_ended"] or 0 for r in rows)))]
+            lines = [
+                line
+                for run, rows in ours.items()
+                for line in _match(
+                    run,
+                    rows,
+                    _gateway_rows(
+                        client, base, run, min(r["run_started"] for r in rows), max(r["run_ended"] or 0 for r in rows)
+                    ),
+                )
+            ]
             if all(line.status != "missing_at_gateway" for line in lines) or time.monotonic() >= deadline:
                 return lines
             time.sleep(1.0)
@@ -113,23 +134,45 @@ def _match(run_id: str, ours: Sequence[dict[str, Any]], theirs: Sequence[dict[st
     lines = []
     for row in ours:
         match = by_id.pop(row["response_id"], None) if row["response_id"] else None
-        lines.append(Line(run_id, row["request_id"], match["request_id"] if match else None, row["cost"],
-                          float(match["spend"]) if match else None))
+        lines.append(
+            Line(
+                run_id,
+                row["request_id"],
+                match["request_id"] if match else None,
+                row["cost"],
+                float(match["spend"]) if match else None,
+            )
+        )
     lines += [Line(run_id, None, row["request_id"], None, float(row["spend"])) for row in by_id.values()]
     return lines
 
 
 def render(lines: Sequence[Line], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps([{**asdict(line), "difference": line.difference, "status": line.status}
-                           for line in lines], indent=2) + "\n"
+        return (
+            json.dumps(
+                [{**asdict(line), "difference": line.difference, "status": line.status} for line in lines], indent=2
+            )
+            + "\n"
+        )
 
     def usd(value: float | None) -> str:
         return "-" if value is None else f"{value:.9f}"
 
-    rows = [[line.run_id, line.request_id or "-", line.gateway_request_id or "-", usd(line.ours), usd(line.theirs),
-             usd(line.difference), line.status] for line in lines]
+    rows = [
+        [
+            line.run_id,
+            line.request_id or "-",
+            line.gateway_request_id or "-",
+            usd(line.ours),
+            usd(line.theirs),
+            usd(line.difference),
+            line.status,
+        ]
+        for line in lines
+    ]
     bad = sum(line.status != "ok" for line in lines)
-    table = render_table(["run", "request", "gateway_request", "ours_usd", "gateway_usd", "difference", "status"], rows,
-                         total=False)
+    table = render_table(
+        ["run", "request", "gateway_request", "ours_usd", "gateway_usd", "difference", "status"], rows, total=False
+    )
     return table + f"{len(lines)} request(s), {bad} not matching within {TOLERANCE_USD:g} USD\n"

@@ -56,8 +56,10 @@ class AgentConfig:
                 raise SettingsError(f"--env {name}: {name} is not set in this environment")
             value = environ[name]
             if any(key in value for key in keys):
-                raise SettingsError(f"--env {name}: {name} holds a key the gateway uses, which the agent must "
-                                    "never see; give the agent a key of its own in another variable")
+                raise SettingsError(
+                    f"--env {name}: {name} holds a key the gateway uses, which the agent must "
+                    "never see; give the agent a key of its own in another variable"
+                )
             passed[name] = value
         return passed
 
@@ -67,19 +69,27 @@ def _check_mcp(name: str, server: Any) -> None:
     would start the run without the server's tools, saying so only in its log."""
     where = f"mcp server {name!r}"
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not isinstance(server, Mapping):
-        raise SettingsError(f"{where}: give a name of letters, digits, _ or -, and a mapping with type local "
-                            "(command: [program, args...]) or remote (url)")
+        raise SettingsError(
+            f"{where}: give a name of letters, digits, _ or -, and a mapping with type local "
+            "(command: [program, args...]) or remote (url)"
+        )
     if server.get("type") == "remote":
         if not isinstance(server.get("url"), str):
             raise SettingsError(f"{where}: a remote server needs a url")
         return
     command = server.get("command")
-    if server.get("type") != "local" or not isinstance(command, list) or not command \
-            or not all(isinstance(part, str) for part in command):
+    if (
+        server.get("type") != "local"
+        or not isinstance(command, list)
+        or not command
+        or not all(isinstance(part, str) for part in command)
+    ):
         raise SettingsError(f"{where}: a local server needs type: local and command: [program, args...]")
     program = command[0]
     found = os.access(program, os.X_OK) if os.sep in program else shutil.which(program) is not None
     if not found:
-        raise SettingsError(f"{where}: its command {program!r} is not found or not executable: install it or fix "
-                            "the path (under --sandbox bwrap a program in the real HOME also needs "
-                            "--sandbox-allow-read)")
+        raise SettingsError(
+            f"{where}: its command {program!r} is not found or not executable: install it or fix "
+            "the path (under --sandbox bwrap a program in the real HOME also needs "
+            "--sandbox-allow-read)"
+        )

@@ -56,8 +56,9 @@ def opencode_version(binary: str) -> str:
     if isinstance(cached, list) and len(cached) == 2 and cached[0] == key:
         return str(cached[1])
     try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=_VERSION_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=_VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
         version = done.stdout.strip().splitlines()[0].strip()[:60] if done.stdout.strip() else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise OpenCodeNotFound(f"cannot run {binary} --version ({exc}): {INSTALL_HINT}") from None
@@ -75,8 +76,10 @@ def _checked(binary: str) -> str:
     version = opencode_version(binary)
     if not supported(version):
         found = f"version {version!r}" if version else "no version"
-        raise OpenCodeNotFound(f"{binary} is not a supported OpenCode: `--version` gave {found}, opencode-gateway "
-                               f"supports {SUPPORTED}; {INSTALL}")
+        raise OpenCodeNotFound(
+            f"{binary} is not a supported OpenCode: `--version` gave {found}, opencode-gateway "
+            f"supports {SUPPORTED}; {INSTALL}"
+        )
     return binary
 
 
@@ -96,8 +99,9 @@ def find_opencode(explicit: str | None, data_dir: Path) -> str:
         return _checked(str(pinned))
     found = shutil.which("opencode")
     if not found:
-        raise OpenCodeNotFound(f"no opencode found (not installed in {pinned.parent.parent.parent}, not on PATH): "
-                               f"{INSTALL_HINT}")
+        raise OpenCodeNotFound(
+            f"no opencode found (not installed in {pinned.parent.parent.parent}, not on PATH): {INSTALL_HINT}"
+        )
     return _checked(found)
 
 
@@ -111,12 +115,26 @@ def install_opencode(data_dir: Path, version: str = OPENCODE_VERSION) -> Path:
         return binary
     npm = shutil.which("npm")
     if npm is None:
-        raise OpenCodeNotFound("npm is not on PATH: install Node.js with npm (e.g. apt-get install npm), then "
-                               "run `opencode-gateway install-opencode` again")
+        raise OpenCodeNotFound(
+            "npm is not on PATH: install Node.js with npm (e.g. apt-get install npm), then "
+            "run `opencode-gateway install-opencode` again"
+        )
     prefix = binary.parent.parent.parent
     prefix.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
-                           f"opencode-ai@{version}"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            f"opencode-ai@{version}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise OpenCodeNotFound(f"npm could not install opencode-ai@{version} into {prefix}: {last}")

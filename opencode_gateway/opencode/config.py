@@ -93,8 +93,12 @@ def check_permissions(mode: str | None) -> None:
         raise SettingsError(f"permissions {mode!r} is not supported{hint}: use one of {', '.join(PERMISSION_MODES)}")
 
 
-def permission_rules(mode: str | None, disable_tools: Iterable[str] = (), readable_dirs: Iterable[str] = (),
-                     mcp_servers: Iterable[str] = ()) -> dict[str, Any]:
+def permission_rules(
+    mode: str | None,
+    disable_tools: Iterable[str] = (),
+    readable_dirs: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+) -> dict[str, Any]:
     """OpenCode's `permission` block for a mode, with the disabled tools denied (which also removes
     them from the tools offered to the model). `readable_dirs` lie outside the workdir but may be
     read in every mode: the run's skills, whose files a skill tells the model to read. Mode None
@@ -131,13 +135,20 @@ BUILT_IN_AGENTS = ("build", "plan")  # OpenCode 1.18's primary agents; general a
 def check_agent(agent: str, user_config: Mapping[str, Any]) -> None:
     """An agent a run can use: a built-in primary agent, or one the settings define (not as a
     subagent). OpenCode itself falls back to `build` on any other name, silently for the result."""
-    defined = {name: entry for section in ("agent", "mode")
-               for name, entry in (user_config.get(section) or {}).items()}
-    available = [*BUILT_IN_AGENTS, *(name for name, entry in defined.items() if name not in BUILT_IN_AGENTS
-                                     and not (isinstance(entry, Mapping) and entry.get("mode") == "subagent"))]
+    defined = {name: entry for section in ("agent", "mode") for name, entry in (user_config.get(section) or {}).items()}
+    available = [
+        *BUILT_IN_AGENTS,
+        *(
+            name
+            for name, entry in defined.items()
+            if name not in BUILT_IN_AGENTS and not (isinstance(entry, Mapping) and entry.get("mode") == "subagent")
+        ),
+    ]
     if agent not in available:
-        raise SettingsError(f"agent {agent!r} is not available: use one of {', '.join(available)} (or define it "
-                            "under opencode_config.agent in the settings)")
+        raise SettingsError(
+            f"agent {agent!r} is not available: use one of {', '.join(available)} (or define it "
+            "under opencode_config.agent in the settings)"
+        )
 
 
 def check_user_config(config: Mapping[str, Any]) -> None:
@@ -198,8 +209,9 @@ def build_config(
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "LiteLLM via opencode-gateway",
                 "options": {"baseURL": base_url, "apiKey": api_key_ref},
-                "models": {name: {"name": name, **known.get(name, {})}
-                           for name in dict.fromkeys((model, small_model or model))},
+                "models": {
+                    name: {"name": name, **known.get(name, {})} for name in dict.fromkeys((model, small_model or model))
+                },
             }
         },
         "enabled_providers": [PROVIDER_ID],
@@ -208,8 +220,9 @@ def build_config(
         "autoupdate": False,
         "share": "disabled",
         # Not given, the permissions are the agent's own; build has no restrictions: full.
-        "permission": permission_rules(permissions or ("full" if agent == "build" else None), disable_tools,
-                                       readable_dirs, mcp or ()),
+        "permission": permission_rules(
+            permissions or ("full" if agent == "build" else None), disable_tools, readable_dirs, mcp or ()
+        ),
     }
     if instructions:
         managed["instructions"] = [*user_config.get("instructions", ()), *instructions]
@@ -269,9 +282,13 @@ def seed_config_dir(config_home: Path) -> None:
     package_dir.mkdir(parents=True, exist_ok=True)
     dependency = {"@opencode-ai/plugin": OPENCODE_VERSION}
     lock = {
-        "name": "opencode", "lockfileVersion": 3, "requires": True,
-        "packages": {"": {"dependencies": dependency},
-                     "node_modules/@opencode-ai/plugin": {"version": OPENCODE_VERSION}},
+        "name": "opencode",
+        "lockfileVersion": 3,
+        "requires": True,
+        "packages": {
+            "": {"dependencies": dependency},
+            "node_modules/@opencode-ai/plugin": {"version": OPENCODE_VERSION},
+        },
     }
     (opencode_dir / "package.json").write_text(json.dumps({"dependencies": dependency}))
     (opencode_dir / "package-lock.json").write_text(json.dumps(lock))

@@ -79,8 +79,11 @@ class GitControl:
         if not git.is_dir():
             state = _state(git)
             return cls(workdir, "file", {} if state is None else {".git": state})
-        files = {path.relative_to(workdir).as_posix(): state for path in _control_paths(git)
-                 if (state := _state(path)) is not None}
+        files = {
+            path.relative_to(workdir).as_posix(): state
+            for path in _control_paths(git)
+            if (state := _state(path)) is not None
+        }
         return cls(workdir, "dir", files)
 
     def sandbox_options(self) -> list[str]:
@@ -105,13 +108,18 @@ class GitControl:
         if self.kind == "none" and now.kind != "none":
             aside = self.workdir / f".git.created-by-{run_id}"
             git.rename(aside)
-            return [f"the run created .git (a git repository whose hooks and config it chose): it was renamed to "
-                    f"{aside.name} so that git does not run them; check it before you rename it back"]
+            return [
+                f"the run created .git (a git repository whose hooks and config it chose): it was renamed to "
+                f"{aside.name} so that git does not run them; check it before you rename it back"
+            ]
         if self.kind != now.kind:  # only an unconfined run can (in the sandbox .git is a mount point)
-            return [f"the run replaced .git (a {self.kind} before, a {now.kind} now): check its hooks and config "
-                    "before you run git here"]
-        changed = sorted(relative for relative in {*self.files, *now.files}
-                         if self.files.get(relative) != now.files.get(relative))
+            return [
+                f"the run replaced .git (a {self.kind} before, a {now.kind} now): check its hooks and config "
+                "before you run git here"
+            ]
+        changed = sorted(
+            relative for relative in {*self.files, *now.files} if self.files.get(relative) != now.files.get(relative)
+        )
         unsafe = [relative for relative in changed if not _reached_directly(self.workdir / relative)]
         for relative in changed:
             path = self.workdir / relative
@@ -123,15 +131,22 @@ class GitControl:
                 if stat.S_ISLNK(mode):
                     os.symlink(content.decode(), path)
                 else:
-                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                         stat.S_IMODE(mode))
+                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, stat.S_IMODE(mode))
                     with os.fdopen(descriptor, "wb") as out:
                         out.write(content)
-        warnings = [f"the run changed files git runs or reads its settings from ({', '.join(changed)}): they were "
-                    "put back as they were before the run"] if set(changed) - set(unsafe) else []
+        warnings = (
+            [
+                f"the run changed files git runs or reads its settings from ({', '.join(changed)}): they were "
+                "put back as they were before the run"
+            ]
+            if set(changed) - set(unsafe)
+            else []
+        )
         if unsafe:
-            warnings.append(f"the run put a symlink where git's folders were ({', '.join(unsafe)} lie behind it): "
-                            "nothing was written through it; check .git before you run git here")
+            warnings.append(
+                f"the run put a symlink where git's folders were ({', '.join(unsafe)} lie behind it): "
+                "nothing was written through it; check .git before you run git here"
+            )
         return warnings
 
 

@@ -126,8 +126,15 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
         output = tool_input.get("error")
     return [
         ToolCall(session_id, call_id=call_id, tool=tool, native_tool=native, input=dict(tool_input)),
-        ToolResult(session_id, call_id=call_id, tool=tool, native_tool=native, output=str(output or ""),
-                   is_error=is_error, title=str(state.get("title") or "")),
+        ToolResult(
+            session_id,
+            call_id=call_id,
+            tool=tool,
+            native_tool=native,
+            output=str(output or ""),
+            is_error=is_error,
+            title=str(state.get("title") or ""),
+        ),
     ]
 
 
@@ -166,8 +173,14 @@ def parse_line(line: str | bytes) -> list[Event]:
     if kind == "step_finish":
         tokens = dict(_mapping(part.get("tokens")))
         cost = part.get("cost")
-        return [StepFinish(session_id, reason=str(part.get("reason", "")), tokens=tokens,
-                           cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None)]
+        return [
+            StepFinish(
+                session_id,
+                reason=str(part.get("reason", "")),
+                tokens=tokens,
+                cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+            )
+        ]
     if kind == "error":
         return [_error_event(session_id, raw.get("error"))]
     return []

@@ -42,8 +42,20 @@ def run_argv(binary: str, model: str, agent: str, session_id: str | None = None)
     """`opencode run` for one headless turn; the prompt goes on stdin, never in argv (OpenCode
     quotes argv words that contain spaces, and argv is visible to every local user). With
     `--thinking`, OpenCode prints the reasoning the model streams (without, it drops it)."""
-    argv = [binary, "run", "--format", "json", "-m", model, "--agent", agent, "--title", RUN_TITLE, "--pure",
-            "--thinking"]
+    argv = [
+        binary,
+        "run",
+        "--format",
+        "json",
+        "-m",
+        model,
+        "--agent",
+        agent,
+        "--title",
+        RUN_TITLE,
+        "--pure",
+        "--thinking",
+    ]
     if session_id:
         argv += ["--session", session_id]
     return argv
@@ -64,8 +76,16 @@ def opencode_retries(status_code: int) -> bool:
 class OpenCodeProcess:
     """One `opencode run`. `await run(...)` returns when it exits, times out, or is stopped."""
 
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str, tag: str,
-                 pass_fds: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        prompt: str,
+        tag: str,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
         self.argv = list(argv)
         self._pass_fds = tuple(pass_fds)  # inherited by the child (the sandbox's seccomp filter), closed here after
         # Every process OpenCode starts inherits this tag (NAME=value, the run's Watchdog's), even
@@ -94,8 +114,13 @@ class OpenCodeProcess:
         builds its endpoint while OpenCode starts."""
         try:
             self._process = await asyncio.create_subprocess_exec(
-                *self.argv, cwd=self.cwd, env=self.env, start_new_session=True,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                *self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                start_new_session=True,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
                 limit=64 * 1024 * 1024,  # one event line carries a whole tool output
                 pass_fds=self._pass_fds,
             )

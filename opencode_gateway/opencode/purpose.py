@@ -22,8 +22,10 @@ from ..accounting.records import Purpose
 __all__ = ["BACKGROUND", "request_purpose", "routed_model"]
 
 BACKGROUND: tuple[Purpose, ...] = ("title", "summary", "compaction")  # what a `routes:` setting may send elsewhere
-_SYSTEM_PROMPTS: tuple[tuple[Purpose, str], ...] = (("title", "You are a title generator"),
-                                                     ("compaction", "You are a context summarization agent"))
+_SYSTEM_PROMPTS: tuple[tuple[Purpose, str], ...] = (
+    ("title", "You are a title generator"),
+    ("compaction", "You are a context summarization agent"),
+)
 _SUMMARY_INSTRUCTION = "Summarize what was done in this conversation"
 
 
@@ -31,8 +33,9 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping)
-                       and isinstance(part.get("text"), str))
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
     return ""
 
 
@@ -53,8 +56,9 @@ def request_purpose(body: Mapping[str, Any]) -> Purpose:
     return "main"
 
 
-def routed_model(requested: Any, purpose: Purpose, *, model: str, small_model: str | None,
-                 routes: Mapping[str, str]) -> str:
+def routed_model(
+    requested: Any, purpose: Purpose, *, model: str, small_model: str | None, routes: Mapping[str, str]
+) -> str:
     """The model a request goes to: its purpose's route, else the small model when the request
     names that, else the run's model (whatever else it names: a request never picks a model)."""
     if purpose in routes:

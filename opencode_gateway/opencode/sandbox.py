@@ -25,8 +25,16 @@ from pathlib import Path
 from ..errors import SettingsError
 from .gitguard import GitControl
 
-__all__ = ["EMPTY_DIRS", "SANDBOX_KINDS", "SANDBOX_NETWORKS", "SYSTEM_DIRS", "Sandbox", "SandboxConfig", "probe",
-           "resolve_sandbox"]
+__all__ = [
+    "EMPTY_DIRS",
+    "SANDBOX_KINDS",
+    "SANDBOX_NETWORKS",
+    "SYSTEM_DIRS",
+    "Sandbox",
+    "SandboxConfig",
+    "probe",
+    "resolve_sandbox",
+]
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 SANDBOX_NETWORKS = ("endpoint", "host")
@@ -72,10 +80,32 @@ def probe() -> str | None:
     except OSError as exc:
         return f"the seccomp filter cannot be built here ({exc})"
     try:
-        result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-                                 "--unshare-net", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                                 "--seccomp", str(fd), "cat", "/proc/self/status"],
-                                capture_output=True, text=True, timeout=10, pass_fds=(fd,))
+        result = subprocess.run(
+            [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--seccomp",
+                str(fd),
+                "cat",
+                "/proc/self/status",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            pass_fds=(fd,),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run ({exc})"
     finally:
@@ -84,8 +114,9 @@ def probe() -> str | None:
         return f"bwrap cannot create namespaces here: {result.stderr.strip().splitlines()[-1:] or ['(no message)']}"
     status = dict(line.split(":\t", 1) for line in result.stdout.splitlines() if ":\t" in line)
     if status.get("CapEff", "").strip("0\n ") or status.get("Seccomp", "").strip() != "2":
-        return (f"bwrap leaves the sandbox capabilities (CapEff {status.get('CapEff', '?').strip()}) or no seccomp "
-                "filter")
+        return (
+            f"bwrap leaves the sandbox capabilities (CapEff {status.get('CapEff', '?').strip()}) or no seccomp filter"
+        )
     return None
 
 
@@ -160,8 +191,12 @@ def _hiding(secret: Path, keep: Mapping[Path, str], shown: Sequence[Path]) -> li
     if not secret.exists() or secret.is_symlink() or secret in keep:
         return []
     if not _within(secret, shown):  # not shown itself: only what a folder shown below it shows
-        return [option for folder in shown if secret in folder.parents and folder not in keep
-                for option in _hide_whole(folder)]
+        return [
+            option
+            for folder in shown
+            if secret in folder.parents and folder not in keep
+            for option in _hide_whole(folder)
+        ]
     below = [path for path in keep if secret in path.parents]
     if not below:
         return _hide_whole(secret)
@@ -169,6 +204,31 @@ def _hiding(secret: Path, keep: Mapping[Path, str], shown: Sequence[Path]) -> li
     for path in below:
         options += [keep[path], str(path), str(path)]
     return [*options, "--remount-ro", str(secret)]
+
+
+def _confined_system(seccomp_fd: int, *, new_session: bool, own_network: bool) -> list[str]:
+    """bwrap and what every sandbox has: no capability, its own namespaces, the seccomp filter, the
+    host's system folders read-only (root-only files in them hidden), its own /dev, /proc and
+    empty folders."""
+    # No capability inside, whoever runs it (as root, bwrap would keep them all otherwise);
+    # bwrap also sets no_new_privs, so no setuid program gains any.
+    command = ["bwrap", "--die-with-parent", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    command += ["--unshare-cgroup-try", "--seccomp", str(seccomp_fd)]
+    if new_session:
+        command.append("--new-session")
+    if own_network:
+        command.append("--unshare-net")
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            command += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            command += ["--ro-bind", folder, folder]
+    for path in root_only_files():
+        command += _hide_whole(path)
+    command += ["--dev", "/dev", "--proc", "/proc"]
+    for folder in EMPTY_DIRS:
+        command += ["--tmpfs", folder]
+    return command
 
 
 @dataclass(frozen=True)
@@ -183,33 +243,26 @@ class Sandbox:
     readable: tuple[Path, ...] = ()
     secrets: tuple[Path, ...] = ()
 
-    def wrap(self, argv: Sequence[str], *, workdir: Path, private_dir: Path, data_home: Path, port: int,
-             socket_path: Path | None, seccomp_fd: int, new_session: bool = True,
-             git: GitControl | None = None) -> list[str]:
+    def wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        private_dir: Path,
+        data_home: Path,
+        port: int,
+        socket_path: Path | None,
+        seccomp_fd: int,
+        new_session: bool = True,
+        git: GitControl | None = None,
+    ) -> list[str]:
         """`argv` (an `opencode run`) as bwrap runs it. `socket_path` is where the endpoint listens
         for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `seccomp_fd` holds
         the filter (seccomp.py), open in the child. `new_session`: no controlling terminal inside
         (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there). `git`:
         the workdir's git dir as it was before the run (taken now if not given)."""
         binary = Path(argv[0])
-        # No capability inside, whoever runs it (as root, bwrap would keep them all otherwise);
-        # bwrap also sets no_new_privs, so no setuid program gains any.
-        command = ["bwrap", "--die-with-parent", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
-                   "--unshare-uts", "--unshare-cgroup-try", "--seccomp", str(seccomp_fd)]
-        if new_session:
-            command.append("--new-session")
-        if self.network == "endpoint":
-            command.append("--unshare-net")
-        for folder in SYSTEM_DIRS:
-            if os.path.islink(folder):
-                command += ["--symlink", os.readlink(folder), folder]
-            elif os.path.isdir(folder):
-                command += ["--ro-bind", folder, folder]
-        for path in root_only_files():
-            command += _hide_whole(path)
-        command += ["--dev", "/dev", "--proc", "/proc"]
-        for folder in EMPTY_DIRS:
-            command += ["--tmpfs", folder]
+        command = _confined_system(seccomp_fd, new_session=new_session, own_network=self.network == "endpoint")
         readable = (*self.readable, binary.parent, binary.resolve().parent)
         writable = (*self.writable, private_dir, data_home, workdir, *([socket_path] if socket_path else []))
         for path in readable:
@@ -218,8 +271,10 @@ class Sandbox:
             command += ["--bind", str(path), str(path)]
         command += (git or GitControl.take(workdir)).sandbox_options()
         shown_folders = [*map(Path, SYSTEM_DIRS), *readable, *writable]
-        keep = {**{path: "--ro-bind" for path in readable[-2:]},  # what OpenCode itself needs
-                **{path: "--bind" for path in writable[len(self.writable):]}}
+        keep = {
+            **{path: "--ro-bind" for path in readable[-2:]},  # what OpenCode itself needs
+            **{path: "--bind" for path in writable[len(self.writable) :]},
+        }
         for secret in self.secrets:
             command += _hiding(secret, keep, shown_folders)
         # The repository's OpenCode folder (or the folder of the workdir it links to): project
@@ -232,7 +287,9 @@ class Sandbox:
         if self.network != "endpoint":
             return [*command, *argv]
         assert socket_path is not None
-        bridge = (f"socat TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{shlex.quote(str(socket_path))}"
-                  f" & for _ in $(seq 250); do (: </dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.02;"
-                  ' done; exec "$@"')
+        bridge = (
+            f"socat TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{shlex.quote(str(socket_path))}"
+            f" & for _ in $(seq 250); do (: </dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.02;"
+            ' done; exec "$@"'
+        )
         return [*command, "bash", "-c", bridge, "sandbox", *argv]

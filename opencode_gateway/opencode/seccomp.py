@@ -34,10 +34,24 @@ DENIED_IOCTLS: Mapping[int, str] = {
 }
 
 _NUMBERS = {
-    "x86_64": {"ioctl": 16, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-               "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
-    "aarch64": {"ioctl": 29, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+    "x86_64": {
+        "ioctl": 16,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
+    "aarch64": {
+        "ioctl": 29,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers
@@ -64,8 +78,12 @@ def filter_program(machine: str | None = None) -> bytes:
     eperm = _ERRNO | errno.EPERM
     ioctls = list(DENIED_IOCTLS)
     # Layout: arch check, x32 check, the denied calls, ioctl -> its check, allow; deny; ioctl check.
-    program = [_insn(_LD_W_ABS, _ARCH), _insn(_JEQ_K, _AUDIT_ARCH[machine], 1, 0), _insn(_RET_K, eperm),
-               _insn(_LD_W_ABS, _NR)]
+    program = [
+        _insn(_LD_W_ABS, _ARCH),
+        _insn(_JEQ_K, _AUDIT_ARCH[machine], 1, 0),
+        _insn(_RET_K, eperm),
+        _insn(_LD_W_ABS, _NR),
+    ]
     if machine == "x86_64":
         program += [_insn(_JGE_K, _X32_BIT, 0, 1), _insn(_RET_K, eperm)]
     # After the jumps: [allow] [deny] [load arg1] [ioctl compares...] [allow] [deny]

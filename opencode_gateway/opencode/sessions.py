@@ -24,7 +24,15 @@ from typing import Any
 
 from ..errors import SettingsError
 
-__all__ = ["KeptSession", "is_session_id", "kept_sessions", "prune_sessions", "session_directory", "session_store"]
+__all__ = [
+    "KeptSession",
+    "is_session_id",
+    "keep_session",
+    "kept_sessions",
+    "prune_sessions",
+    "session_directory",
+    "session_store",
+]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -61,8 +69,15 @@ class KeptSession:
     size_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"session_id": self.session_id, "started": self.started, "last_used": self.last_used,
-                "workdir": self.workdir, "model": self.model, "size_bytes": self.size_bytes, "path": str(self.path)}
+        return {
+            "session_id": self.session_id,
+            "started": self.started,
+            "last_used": self.last_used,
+            "workdir": self.workdir,
+            "model": self.model,
+            "size_bytes": self.size_bytes,
+            "path": str(self.path),
+        }
 
 
 def _session_row(store: Path, session_id: str) -> tuple[Any, ...] | None:
@@ -72,8 +87,9 @@ def _session_row(store: Path, session_id: str) -> tuple[Any, ...] | None:
     with contextlib.suppress(sqlite3.Error):
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
-            row = connection.execute("SELECT time_created, directory, model FROM session WHERE id = ?",
-                                     (session_id,)).fetchone()
+            row = connection.execute(
+                "SELECT time_created, directory, model FROM session WHERE id = ?", (session_id,)
+            ).fetchone()
             return None if row is None else tuple(row)
         finally:
             connection.close()
@@ -97,8 +113,10 @@ def _last_written(store: Path) -> float | None:
     with contextlib.suppress(sqlite3.Error):
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
-            for query in ("SELECT time_updated FROM session WHERE id = ?",
-                          "SELECT MAX(time_updated) FROM message WHERE session_id = ?"):
+            for query in (
+                "SELECT time_updated FROM session WHERE id = ?",
+                "SELECT MAX(time_updated) FROM message WHERE session_id = ?",
+            ):
                 with contextlib.suppress(sqlite3.Error):
                     row = connection.execute(query, (store.name,)).fetchone()
                     times += [row[0]] if row is not None and isinstance(row[0], (int, float)) and row[0] > 0 else []
@@ -127,9 +145,14 @@ def _describe(store: Path, last_used: float) -> KeptSession:
     row = _session_row(store, store.name)
     created, directory, model = row if row is not None else (None, None, None)
     return KeptSession(
-        session_id=store.name, path=store, started=created / 1000 if isinstance(created, (int, float)) else None,
-        last_used=last_used, workdir=directory if isinstance(directory, str) else None, model=_model(model),
-        size_bytes=sum(path.stat().st_size for path in store.rglob("*") if path.is_file() and not path.is_symlink()))
+        session_id=store.name,
+        path=store,
+        started=created / 1000 if isinstance(created, (int, float)) else None,
+        last_used=last_used,
+        workdir=directory if isinstance(directory, str) else None,
+        model=_model(model),
+        size_bytes=sum(path.stat().st_size for path in store.rglob("*") if path.is_file() and not path.is_symlink()),
+    )
 
 
 def kept_sessions(data_dir: Path) -> list[KeptSession]:
@@ -137,8 +160,9 @@ def kept_sessions(data_dir: Path) -> list[KeptSession]:
     return [_describe(store, last_used) for store, last_used in _stores(data_dir)]
 
 
-def prune_sessions(data_dir: Path, older_than_days: float, *, keep: str | None = None,
-                   now: float | None = None) -> list[KeptSession]:
+def prune_sessions(
+    data_dir: Path, older_than_days: float, *, keep: str | None = None, now: float | None = None
+) -> list[KeptSession]:
     """Remove the kept sessions last used more than `older_than_days` ago (0: every one) but
     `keep`; return what was removed. Only those are read closely: a run calls this as it starts."""
     cutoff = (time.time() if now is None else now) - older_than_days * 86_400
@@ -148,3 +172,11 @@ def prune_sessions(data_dir: Path, older_than_days: float, *, keep: str | None =
             removed.append(_describe(store, last_used))
             shutil.rmtree(store, ignore_errors=True)
     return removed
+
+
+def keep_session(data_dir: Path, data_home: Path, session_id: str | None) -> None:
+    """A new session's store (the run's data home), kept under the data dir for --session."""
+    if session_id and is_session_id(session_id):
+        store = session_store(data_dir, session_id)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(data_home), store)

@@ -47,8 +47,10 @@ def _load(folder: Path) -> Skill:
         raise SettingsError(f"{manifest} has no YAML frontmatter: start it with ---, name: ..., description: ..., ---")
     name, description = meta.get("name"), meta.get("description")
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 64:
-        raise SettingsError(f"{manifest}: name {name!r} is invalid: OpenCode wants lowercase words joined by "
-                            "hyphens, at most 64 characters (e.g. name: release-notes)")
+        raise SettingsError(
+            f"{manifest}: name {name!r} is invalid: OpenCode wants lowercase words joined by "
+            "hyphens, at most 64 characters (e.g. name: release-notes)"
+        )
     if not isinstance(description, str) or not description.strip():
         raise SettingsError(f"{manifest} has no description: OpenCode never shows a skill without one to the model")
     return Skill(name, description.strip(), folder)

@@ -57,7 +57,9 @@ class Watchdog:
         self.tag = f"{TAG_VARIABLE}={uuid.uuid4().hex}"
         self._process = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", _WATCHDOG, self.tag, *map(str, paths)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal reaches the gateway, not the watchdog
             env={},
         )

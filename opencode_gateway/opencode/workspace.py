@@ -60,38 +60,73 @@ class Workspace:
         path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
         return [str(path)]
 
-    def config(self, agent: AgentConfig, pricing: Mapping[str, Price], *, base_url: str, token_file: Path,
-               instructions: Sequence[str] = (), readable_dirs: Sequence[str] = ()) -> dict[str, Any]:
+    def config(
+        self,
+        agent: AgentConfig,
+        pricing: Mapping[str, Price],
+        *,
+        base_url: str,
+        token_file: Path,
+        instructions: Sequence[str] = (),
+        readable_dirs: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """The isolated opencode.json (also written to the private dir, for a person to read)."""
         config = oc_config.build_config(
-            model=agent.model, base_url=base_url, api_key_ref=f"{{file:{token_file}}}", small_model=agent.small_model,
-            permissions=agent.permissions, agent=agent.agent, disable_tools=agent.disable_tools,
-            user_config=agent.opencode_config, instructions=instructions, readable_dirs=readable_dirs,
-            mcp=agent.mcp, known=oc_config.known_models(pricing, agent.model, agent.small_model),
+            model=agent.model,
+            base_url=base_url,
+            api_key_ref=f"{{file:{token_file}}}",
+            small_model=agent.small_model,
+            permissions=agent.permissions,
+            agent=agent.agent,
+            disable_tools=agent.disable_tools,
+            user_config=agent.opencode_config,
+            instructions=instructions,
+            readable_dirs=readable_dirs,
+            mcp=agent.mcp,
+            known=oc_config.known_models(pricing, agent.model, agent.small_model),
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config
 
-    def environment(self, environ: Mapping[str, str], passed: Mapping[str, str], config: Mapping[str, Any],
-                    workdir: Path) -> dict[str, str]:
+    def environment(
+        self, environ: Mapping[str, str], passed: Mapping[str, str], config: Mapping[str, Any], workdir: Path
+    ) -> dict[str, str]:
         """OpenCode's environment: an allowlist of `environ` (see opencode/config.py), the variables
         `passed` on purpose, its private dirs, the config as content."""
-        env = oc_config.build_env(environ, private_dir=self.private, data_dir=self.data_home, config=config,
-                                  passed=passed)
+        env = oc_config.build_env(
+            environ, private_dir=self.private, data_dir=self.data_home, config=config, passed=passed
+        )
         env["PWD"] = str(workdir)  # OpenCode takes its project directory from $PWD, not the real cwd
         return env
 
-    def confine(self, argv: Sequence[str], env: Mapping[str, str], sandbox: SandboxConfig, secrets: tuple[Path, ...],
-                *, workdir: Path, port: int, socket_path: Path | None, new_session: bool = True,
-                git: GitControl | None = None) -> tuple[list[str], dict[str, str], int]:
+    def confine(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        sandbox: SandboxConfig,
+        secrets: tuple[Path, ...],
+        *,
+        workdir: Path,
+        port: int,
+        socket_path: Path | None,
+        new_session: bool = True,
+        git: GitControl | None = None,
+    ) -> tuple[list[str], dict[str, str], int]:
         """`argv` and `env` as bubblewrap runs them (opencode/sandbox.py), and the descriptor of
         the seccomp filter, which the child must inherit (the caller closes it after the start):
         the sandbox sees the workdir and this workspace, and reaches the endpoint through
         `socket_path`. The gateway's files (`secrets`: settings and key files, the data dir, the
         ledger) are hidden wherever they are."""
         fd = filter_fd()
-        confined = sandbox.sandbox(secrets).wrap(argv, workdir=workdir, private_dir=self.private,
-                                                 data_home=self.data_home, port=port, socket_path=socket_path,
-                                                 seccomp_fd=fd, new_session=new_session, git=git)
+        confined = sandbox.sandbox(secrets).wrap(
+            argv,
+            workdir=workdir,
+            private_dir=self.private,
+            data_home=self.data_home,
+            port=port,
+            socket_path=socket_path,
+            seccomp_fd=fd,
+            new_session=new_session,
+            git=git,
+        )
         return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp
-

@@ -29,7 +29,8 @@ def test_a_reservation_fits_only_within_every_limit() -> None:
 
 def test_overshoot_and_fallbacks() -> None:
     assert Budget(max_cost=0.01).overshoot(Spent(1, 2, 0.015)) == (
-        "the run cost $0.005000 over max_cost ($0.01) in requests that had already started",)
+        "the run cost $0.005000 over max_cost ($0.01) in requests that had already started",
+    )
     assert Budget(max_requests=2).or_else(Budget(max_cost=1.0, max_requests=9)) == Budget(1.0, 2, None)
 
 
@@ -42,9 +43,11 @@ def test_a_limit_in_the_settings_is_a_finite_number_above_0(value: object) -> No
 def test_a_period_starts_at_midnight_utc_on_monday_or_on_the_first() -> None:
     thursday_noon = datetime(2026, 12, 3, 12, 30, tzinfo=UTC).timestamp()
     starts = {per: PeriodBudget("ticket", per, Budget(max_cost=1)).start(thursday_noon) for per in PERIODS}
-    assert starts == {"day": datetime(2026, 12, 3, tzinfo=UTC).timestamp(),
-                      "week": datetime(2026, 11, 30, tzinfo=UTC).timestamp(),
-                      "month": datetime(2026, 12, 1, tzinfo=UTC).timestamp()}
+    assert starts == {
+        "day": datetime(2026, 12, 3, tzinfo=UTC).timestamp(),
+        "week": datetime(2026, 11, 30, tzinfo=UTC).timestamp(),
+        "month": datetime(2026, 12, 1, tzinfo=UTC).timestamp(),
+    }
 
 
 def test_a_period_budget_refuses_naming_the_period_the_value_and_the_total_so_far() -> None:
@@ -53,15 +56,20 @@ def test_a_period_budget_refuses_naming_the_period_the_value_and_the_total_so_fa
     assert period.refusal("ENG-412", Spent(3, 900, 4.99), since) is None
     refusal = period.refusal("ENG-412", Spent(4, 1200, 5.12), since)
     assert refusal is not None and refusal.limit == "max_cost"
-    assert str(refusal) == ("day budget of ticket=ENG-412 exceeded since 2026-12-03 (UTC): max_cost is $5 and "
-                            "ticket=ENG-412 cost $5.120000 (budgets.ticket in the settings)")
+    assert str(refusal) == (
+        "day budget of ticket=ENG-412 exceeded since 2026-12-03 (UTC): max_cost is $5 and "
+        "ticket=ENG-412 cost $5.120000 (budgets.ticket in the settings)"
+    )
 
 
-@pytest.mark.parametrize(("setting", "message"), [
-    ({"per": "fortnight", "max_cost": 5}, "per must be one of day, week, month"),
-    ({"per": "day"}, "give max_cost, max_requests or max_tokens"),
-    ({"per": "day", "max_cost": -1}, "must be a number above 0"),
-])
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"per": "fortnight", "max_cost": 5}, "per must be one of day, week, month"),
+        ({"per": "day"}, "give max_cost, max_requests or max_tokens"),
+        ({"per": "day", "max_cost": -1}, "must be a number above 0"),
+    ],
+)
 def test_a_bad_period_budget_says_what_is_wrong(setting: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         PeriodBudget.from_setting("ticket", setting)

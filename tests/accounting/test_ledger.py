@@ -21,17 +21,44 @@ from opencode_gateway.errors import LedgerError
 from tests.support import builders
 
 
-def record(request_id: str, *, usage: Usage | None = Usage(1000, 50, 600, 0, 10), cost: float | None = 0.001,
-           source: str = "litellm", started_at: float = 1_790_000_000.0, status: int = 200) -> RequestRecord:
-    return builders.record(request_id, usage=usage, cost=cost, source=source, status=status, started_at=started_at,
-                           model="litellm_proxy/coder", upstream_model="gpt-4o-mini", duration_s=0.5, ttfb_s=0.1,
-                           attempts=2, usage_missing=usage is None, response_id=f"chatcmpl-{request_id}",
-                           session_id="ses_1")
+def record(
+    request_id: str,
+    *,
+    usage: Usage | None = Usage(1000, 50, 600, 0, 10),
+    cost: float | None = 0.001,
+    source: str = "litellm",
+    started_at: float = 1_790_000_000.0,
+    status: int = 200,
+) -> RequestRecord:
+    return builders.record(
+        request_id,
+        usage=usage,
+        cost=cost,
+        source=source,
+        status=status,
+        started_at=started_at,
+        model="litellm_proxy/coder",
+        upstream_model="gpt-4o-mini",
+        duration_s=0.5,
+        ttfb_s=0.1,
+        attempts=2,
+        usage_missing=usage is None,
+        response_id=f"chatcmpl-{request_id}",
+        session_id="ses_1",
+    )
 
 
 def start(ledger: Ledger, run_id: str, metadata: dict | None = None, tags: tuple[str, ...] = ("harness",)) -> None:
-    ledger.start_run(run_id=run_id, started_at=1_790_000_000.0, model="litellm_proxy/coder", mode="gateway",
-                     workdir="/w", metadata=metadata or {}, tags=tags, session_id=None)
+    ledger.start_run(
+        run_id=run_id,
+        started_at=1_790_000_000.0,
+        model="litellm_proxy/coder",
+        mode="gateway",
+        workdir="/w",
+        metadata=metadata or {},
+        tags=tags,
+        session_id=None,
+    )
 
 
 def test_runs_and_requests_are_written(tmp_path: Path) -> None:
@@ -40,9 +67,16 @@ def test_runs_and_requests_are_written(tmp_path: Path) -> None:
     start(ledger, "run_1", {"ticket": "ENG-412"})
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("b", usage=None, cost=None, source="unpriced"))
-    ledger.update_run(run_id="run_1", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None,
-                      usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1), cost=0.001,
-                      unpriced=1)
+    ledger.update_run(
+        run_id="run_1",
+        ended_at=1_790_000_100.0,
+        session_id="ses_1",
+        stop_reason="done",
+        error=None,
+        usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1),
+        cost=0.001,
+        unpriced=1,
+    )
     ledger.close()
     db = connect(path, create=False)
     run = dict(db.execute("SELECT * FROM runs").fetchone())
@@ -181,8 +215,12 @@ time.sleep(600)
 
 def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    process = subprocess.Popen([sys.executable, "-c", _STARTS_A_RUN_AND_WAITS, str(path)], stdout=subprocess.PIPE,
-                               text=True, cwd=Path(__file__).parents[2])
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STARTS_A_RUN_AND_WAITS, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     try:
         assert process.stdout is not None and process.stdout.readline() == "started\n"
         alive = connect(path)  # its process still runs: the run stays open

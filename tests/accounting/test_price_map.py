@@ -33,9 +33,14 @@ def random_usage(rng: random.Random, kinds: int) -> dict[str, Any]:
     cached = rng.randint(0, prompt) if kinds & 1 else 0
     written = rng.randint(0, prompt - cached) if kinds & 1 else 0
     reasoning = rng.randint(0, completion) if kinds & 2 else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached, "cache_creation_tokens": written},
-            "cache_creation_input_tokens": written, "completion_tokens_details": {"reasoning_tokens": reasoning}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached, "cache_creation_tokens": written},
+        "cache_creation_input_tokens": written,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
 
 
 @pytest.fixture
@@ -65,15 +70,26 @@ def test_it_covers_the_common_providers_and_both_spellings_of_their_models() -> 
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(sorted(ENTRIES)), prompt=st.integers(0, 2_000_000), completion=st.integers(0, 200_000),
-       cached=st.integers(0, 2_000_000), written=st.integers(0, 2_000_000), reasoning=st.integers(0, 200_000),
-       extra=st.sampled_from([{}, {"audio_tokens": 7}, {"image_tokens": 3}, {"text_tokens": 5}]))
+@given(
+    name=st.sampled_from(sorted(ENTRIES)),
+    prompt=st.integers(0, 2_000_000),
+    completion=st.integers(0, 200_000),
+    cached=st.integers(0, 2_000_000),
+    written=st.integers(0, 2_000_000),
+    reasoning=st.integers(0, 200_000),
+    extra=st.sampled_from([{}, {"audio_tokens": 7}, {"image_tokens": 3}, {"text_tokens": 5}]),
+)
 def test_any_usage_is_priced_as_litellm_prices_it_or_left_to_litellm(
-        name: str, prompt: int, completion: int, cached: int, written: int, reasoning: int, extra: dict) -> None:
-    raw = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-           "prompt_tokens_details": {"cached_tokens": min(cached, prompt), **extra},
-           "cache_creation_input_tokens": min(written, prompt - min(cached, prompt)),
-           "completion_tokens_details": {"reasoning_tokens": min(reasoning, completion)}}
+    name: str, prompt: int, completion: int, cached: int, written: int, reasoning: int, extra: dict
+) -> None:
+    raw = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": min(cached, prompt), **extra},
+        "cache_creation_input_tokens": min(written, prompt - min(cached, prompt)),
+        "completion_tokens_details": {"reasoning_tokens": min(reasoning, completion)},
+    }
     assert ENTRIES is not None
     mine = entry_cost(ENTRIES[name], Usage.from_mapping(raw))
     if extra:  # a kind of token it does not price: litellm's
@@ -86,24 +102,29 @@ def test_any_usage_is_priced_as_litellm_prices_it_or_left_to_litellm(
 def test_a_gateway_model_is_priced_as_the_model_it_names() -> None:
     raw = random_usage(random.Random(3), 3)
     assert map_price("litellm_proxy/gpt-4o-mini", Usage.from_mapping(raw)) == pytest.approx(
-        litellm_cost("litellm_proxy/gpt-4o-mini", raw), abs=1e-12)
+        litellm_cost("litellm_proxy/gpt-4o-mini", raw), abs=1e-12
+    )
 
 
 @pytest.mark.usefixtures("litellm_not_imported")
-@pytest.mark.parametrize("model", [
-    "my-team-group",  # not in the map: litellm may know it by a rule of its own
-    "perplexity/sonar",  # a provider with a cost function of its own
-    "fireworks_ai/accounts/fireworks/models/deepseek-r1",  # priced by its size class, not its entry
-    "gemini/gemini-2.5-pro",  # prices above 200k tokens: tiers are litellm's
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "my-team-group",  # not in the map: litellm may know it by a rule of its own
+        "perplexity/sonar",  # a provider with a cost function of its own
+        "fireworks_ai/accounts/fireworks/models/deepseek-r1",  # priced by its size class, not its entry
+        "gemini/gemini-2.5-pro",  # prices above 200k tokens: tiers are litellm's
+    ],
+)
 def test_what_it_cannot_say_is_left_to_litellm(model: str) -> None:
     assert map_price(model, Usage(input_tokens=10, output_tokens=2)) is None
 
 
 def test_a_usage_with_other_kinds_of_tokens_is_left_to_litellm() -> None:
     assert ENTRIES is not None
-    audio = Usage.from_mapping({"prompt_tokens": 10, "completion_tokens": 2,
-                                "prompt_tokens_details": {"audio_tokens": 4}})
+    audio = Usage.from_mapping(
+        {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"audio_tokens": 4}}
+    )
     anthropic_spelling = Usage.from_mapping({"input_tokens": 10, "output_tokens": 2})
     assert entry_cost(ENTRIES["gpt-4o-mini"], audio) is None
     assert entry_cost(ENTRIES["gpt-4o-mini"], anthropic_spelling) is None
@@ -116,15 +137,23 @@ def test_once_litellm_is_imported_its_map_is_the_one_used() -> None:
 
 
 def test_a_run_that_prices_from_the_map_never_imports_litellm() -> None:
-    code = ("import sys; from opencode_gateway.accounting.pricing import Pricer; "
-            "from opencode_gateway.accounting.usage import Usage; "
-            "cost = Pricer().price(Usage(input_tokens=1000, output_tokens=10), ['litellm_proxy/gpt-4o-mini']); "
-            "assert cost.source == 'litellm' and cost.usd > 0, cost; assert 'litellm' not in sys.modules; print(cost.usd)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    code = (
+        "import sys; from opencode_gateway.accounting.pricing import Pricer; "
+        "from opencode_gateway.accounting.usage import Usage; "
+        "cost = Pricer().price(Usage(input_tokens=1000, output_tokens=10), ['litellm_proxy/gpt-4o-mini']); "
+        "assert cost.source == 'litellm' and cost.usd > 0, cost; assert 'litellm' not in sys.modules; print(cost.usd)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
     assert done.returncode == 0, done.stderr
-    assert float(done.stdout) == pytest.approx(litellm_cost("gpt-4o-mini", {"prompt_tokens": 1000,
-                                                                           "completion_tokens": 10}), abs=1e-12)
+    assert float(done.stdout) == pytest.approx(
+        litellm_cost("gpt-4o-mini", {"prompt_tokens": 1000, "completion_tokens": 10}), abs=1e-12
+    )
 
 
 def test_told_to_fetch_its_map_litellm_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +170,13 @@ def test_an_entry_with_a_field_it_does_not_know_is_left_to_litellm() -> None:
     """A field this reader does not know may change the price (as `fedramp_uplift_multiplier`,
     new in litellm 1.110, does for a FedRAMP endpoint), so the entry is litellm's to price (right, if
     slower), never priced here."""
-    plain = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6, "litellm_provider": "openai",
-             "mode": "chat", "max_tokens": 8192, "supports_vision": True}
+    plain = {
+        "input_cost_per_token": 1e-6,
+        "output_cost_per_token": 2e-6,
+        "litellm_provider": "openai",
+        "mode": "chat",
+        "max_tokens": 8192,
+        "supports_vision": True,
+    }
     assert _plain(plain)
     assert not _plain({**plain, "sovereign_uplift_multiplier": 1.2})

@@ -21,22 +21,37 @@ MODELS = ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5", "gemini/gemini-2.
 # The usage shapes LiteLLM and providers send at the end of a stream.
 SHAPES: dict[str, dict[str, Any]] = {
     "plain": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500},
-    "openai_cached": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500,
-                      "prompt_tokens_details": {"cached_tokens": 1000}},
-    "anthropic_cache_read_and_write": {"prompt_tokens": 1700, "completion_tokens": 300, "total_tokens": 2000,
-                                       "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 500,
-                                       "prompt_tokens_details": {"cached_tokens": 1000,
-                                                                 "cache_creation_tokens": 500}},
-    "reasoning": {"prompt_tokens": 1200, "completion_tokens": 900, "total_tokens": 2100,
-                  "completion_tokens_details": {"reasoning_tokens": 600}},
+    "openai_cached": {
+        "prompt_tokens": 1200,
+        "completion_tokens": 300,
+        "total_tokens": 1500,
+        "prompt_tokens_details": {"cached_tokens": 1000},
+    },
+    "anthropic_cache_read_and_write": {
+        "prompt_tokens": 1700,
+        "completion_tokens": 300,
+        "total_tokens": 2000,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 500,
+        "prompt_tokens_details": {"cached_tokens": 1000, "cache_creation_tokens": 500},
+    },
+    "reasoning": {
+        "prompt_tokens": 1200,
+        "completion_tokens": 900,
+        "total_tokens": 2100,
+        "completion_tokens_details": {"reasoning_tokens": 600},
+    },
 }
 
 
 def stream(usage: dict[str, Any], *, usage_first: bool = False) -> bytes:
     text = {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
     carrying = {"id": "c1", "model": "m", "choices": [], "usage": usage}
-    events = [carrying, text, {**text, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}] \
-        if usage_first else [text, carrying]
+    events = (
+        [carrying, text, {**text, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+        if usage_first
+        else [text, carrying]
+    )
     return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
 
 
@@ -68,14 +83,32 @@ def prices(model: str) -> dict[str, float]:
     ("model", "shape", "by_hand"),
     [
         # 100 prompt tokens (80 cached) + 3 completion: 1.08e-05, where prompt+completion pricing says 1.68e-05.
-        ("openai/gpt-4o-mini", {"prompt_tokens": 100, "completion_tokens": 3,
-                                "prompt_tokens_details": {"cached_tokens": 80}},
-         lambda p: 20 * p["input_cost_per_token"] + 80 * p["cache_read_input_token_cost"] + 3 * p["output_cost_per_token"]),
-        ("anthropic/claude-sonnet-4-5", SHAPES["anthropic_cache_read_and_write"],
-         lambda p: 200 * p["input_cost_per_token"] + 1000 * p["cache_read_input_token_cost"]
-         + 500 * p["cache_creation_input_token_cost"] + 300 * p["output_cost_per_token"]),
-        ("gemini/gemini-2.5-flash", SHAPES["openai_cached"],
-         lambda p: 200 * p["input_cost_per_token"] + 1000 * p["cache_read_input_token_cost"] + 300 * p["output_cost_per_token"]),
+        (
+            "openai/gpt-4o-mini",
+            {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 80}},
+            lambda p: (
+                20 * p["input_cost_per_token"] + 80 * p["cache_read_input_token_cost"] + 3 * p["output_cost_per_token"]
+            ),
+        ),
+        (
+            "anthropic/claude-sonnet-4-5",
+            SHAPES["anthropic_cache_read_and_write"],
+            lambda p: (
+                200 * p["input_cost_per_token"]
+                + 1000 * p["cache_read_input_token_cost"]
+                + 500 * p["cache_creation_input_token_cost"]
+                + 300 * p["output_cost_per_token"]
+            ),
+        ),
+        (
+            "gemini/gemini-2.5-flash",
+            SHAPES["openai_cached"],
+            lambda p: (
+                200 * p["input_cost_per_token"]
+                + 1000 * p["cache_read_input_token_cost"]
+                + 300 * p["output_cost_per_token"]
+            ),
+        ),
     ],
 )
 def test_litellm_prices_match_the_hand_computed_figures(model: str, shape: dict, by_hand: Any) -> None:
@@ -84,8 +117,9 @@ def test_litellm_prices_match_the_hand_computed_figures(model: str, shape: dict,
 
 
 def test_the_issues_example_is_1_08e_05() -> None:
-    usage = Usage.from_mapping({"prompt_tokens": 100, "completion_tokens": 3,
-                                "prompt_tokens_details": {"cached_tokens": 80}})
+    usage = Usage.from_mapping(
+        {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 80}}
+    )
     assert Pricer().price(usage, ["openai/gpt-4o-mini"]).usd == pytest.approx(1.08e-05, abs=1e-15)
 
 
@@ -102,11 +136,23 @@ def test_a_missing_usage_is_unpriced() -> None:
 
 
 def test_a_configured_price_is_used_before_litellms_and_computed_by_hand() -> None:
-    price = Price.from_setting("pricing.qwen-coder", {"input_cost_per_million": 0.4, "output_cost_per_million": 1.6,
-                                              "cache_read_cost_per_million": 0.04, "cache_write_cost_per_million": 0.5,
-                                              "reasoning_cost_per_million": 2.0})
-    usage = Usage(input_tokens=10_000, output_tokens=2_000, cache_read_tokens=6_000, cache_write_tokens=1_000,
-                  reasoning_tokens=500)
+    price = Price.from_setting(
+        "pricing.qwen-coder",
+        {
+            "input_cost_per_million": 0.4,
+            "output_cost_per_million": 1.6,
+            "cache_read_cost_per_million": 0.04,
+            "cache_write_cost_per_million": 0.5,
+            "reasoning_cost_per_million": 2.0,
+        },
+    )
+    usage = Usage(
+        input_tokens=10_000,
+        output_tokens=2_000,
+        cache_read_tokens=6_000,
+        cache_write_tokens=1_000,
+        reasoning_tokens=500,
+    )
     cost = Pricer({"qwen-coder": price}).price(usage, ["gpt-4o-mini", "litellm_proxy/qwen-coder", "qwen-coder"])
     by_hand = (3_000 * 0.4 + 6_000 * 0.04 + 1_000 * 0.5 + 1_500 * 1.6 + 500 * 2.0) / 1e6
     saved = (6_000 * (0.4 - 0.04) - 1_000 * (0.5 - 0.4)) / 1e6
@@ -124,7 +170,10 @@ def test_unset_kinds_cost_their_parent_kinds_price() -> None:
     [
         ({"input_cost_per_million": 1}, "needs an output price"),
         ({"input_cost_per_million": 1, "output_cost_per_million": -2}, "must be a number of USD >= 0"),
-        ({"input_cost_per_million": 1, "output_cost_per_million": 2, "input_cost_per_token": 1e-6}, "prices input twice"),
+        (
+            {"input_cost_per_million": 1, "output_cost_per_million": 2, "input_cost_per_token": 1e-6},
+            "prices input twice",
+        ),
         ({"input": 1, "output": 2}, "unknown price 'input'"),
         ("cheap", "must be a mapping of prices"),
     ],
@@ -157,12 +206,18 @@ def test_no_provider_litellm_knows_books_tokens_at_a_silent_zero() -> None:
 
 def test_opencode_is_given_the_prices_the_ledger_uses_where_they_are_known() -> None:
     mini = _litellm.load().model_cost["gpt-4o-mini"]
-    assert per_million("openai/gpt-4o-mini", {}) == pytest.approx({
-        "input": mini["input_cost_per_token"] * 1e6, "output": mini["output_cost_per_token"] * 1e6,
-        "cache_read": mini["cache_read_input_token_cost"] * 1e6, "cache_write": mini["input_cost_per_token"] * 1e6})
+    assert per_million("openai/gpt-4o-mini", {}) == pytest.approx(
+        {
+            "input": mini["input_cost_per_token"] * 1e6,
+            "output": mini["output_cost_per_token"] * 1e6,
+            "cache_read": mini["cache_read_input_token_cost"] * 1e6,
+            "cache_write": mini["input_cost_per_token"] * 1e6,
+        }
+    )
     configured = {"team-coder": Price(input=3e-6, output=15e-6, cache_read=3e-7)}
     assert per_million("litellm_proxy/team-coder", configured) == pytest.approx(
-        {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.0})
+        {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.0}
+    )
     assert per_million("litellm_proxy/team-a", {}) is None  # a gateway group's price is the gateway's
 
 
@@ -188,8 +243,9 @@ def test_a_first_turn_that_only_writes_the_cache_saved_less_than_nothing() -> No
 
 
 def test_a_reported_cost_is_kept_and_caching_priced_by_the_model_that_answered() -> None:
-    reported = Usage(input_tokens=10_000, output_tokens=100, cache_read_tokens=8000, cache_write_tokens=1000,
-                     reported_cost=0.01)
+    reported = Usage(
+        input_tokens=10_000, output_tokens=100, cache_read_tokens=8000, cache_write_tokens=1000, reported_cost=0.01
+    )
     cost = Pricer().price(reported, ["claude-sonnet-4-5", "litellm_proxy/team-coder"])
     assert (cost.usd, cost.source) == (0.01, "reported")
     assert cost.cache_saved == pytest.approx(CACHED_SAVED, rel=1e-9)
@@ -204,7 +260,13 @@ def test_what_caching_saved_is_zero_without_cache_tokens_and_unknown_without_a_p
 def test_a_usage_in_anthropics_spelling_is_priced_whole() -> None:
     """litellm.Usage reads no tokens of Anthropic's spelling (input_tokens, output_tokens): the
     output was priced at 0 when that object was passed on."""
-    usage = Usage.from_mapping({"input_tokens": 1000, "output_tokens": 30, "cache_read_input_tokens": 4000,
-                                "cache_creation_input_tokens": 2000})
+    usage = Usage.from_mapping(
+        {
+            "input_tokens": 1000,
+            "output_tokens": 30,
+            "cache_read_input_tokens": 4000,
+            "cache_creation_input_tokens": 2000,
+        }
+    )
     expected = 1000 * 3e-6 + 4000 * 3e-7 + 2000 * 3.75e-6 + 30 * 15e-6  # claude-sonnet-4-5, LiteLLM's map
     assert Pricer().price(usage, ["anthropic/claude-sonnet-4-5"]).usd == pytest.approx(expected, rel=1e-12)

@@ -20,12 +20,29 @@ from opencode_gateway.errors import SettingsError
 DAY1, DAY2 = 1_790_000_000.0, 1_790_000_000.0 + 86_400  # 2026-09-21 and -22 (UTC)
 
 
-def request(run_id: str, n: int, tokens: tuple[int, int, int], cost: float | None, *, model: str = "litellm_proxy/coder",
-            started_at: float = DAY1) -> RequestRecord:
+def request(
+    run_id: str,
+    n: int,
+    tokens: tuple[int, int, int],
+    cost: float | None,
+    *,
+    model: str = "litellm_proxy/coder",
+    started_at: float = DAY1,
+) -> RequestRecord:
     usage = Usage(input_tokens=tokens[0], output_tokens=tokens[1], cache_read_tokens=tokens[2])
-    return RequestRecord(request_id=f"{run_id}-{n}", model=model, upstream_model=None, status_code=200, stream=True,
-                         usage=usage, cost=Cost(cost, "litellm" if cost is not None else "unpriced"),
-                         started_at=started_at, duration_s=1.0, ttfb_s=0.1, session_id=f"ses_{run_id}")
+    return RequestRecord(
+        request_id=f"{run_id}-{n}",
+        model=model,
+        upstream_model=None,
+        status_code=200,
+        stream=True,
+        usage=usage,
+        cost=Cost(cost, "litellm" if cost is not None else "unpriced"),
+        started_at=started_at,
+        duration_s=1.0,
+        ttfb_s=0.1,
+        session_id=f"ses_{run_id}",
+    )
 
 
 @pytest.fixture
@@ -34,17 +51,37 @@ def ledger_path(tmp_path: Path) -> Path:
     path = tmp_path / "ledger.db"
     ledger = Ledger(path)
     runs = [
-        ("r1", {"ticket": "ENG-1", "team": "a"}, ("harness", "opencode", "nightly"),
-         [request("r1", 1, (1000, 100, 0), 0.010), request("r1", 2, (2000, 50, 1500), 0.005)]),
-        ("r2", {"ticket": "ENG-1", "team": "b"}, ("harness", "opencode"),
-         [request("r2", 1, (500, 10, 0), 0.002, model="openai/gpt-4o-mini", started_at=DAY2)]),
-        ("r3", {"ticket": "ENG-2", "team": "a"}, ("harness", "opencode", "nightly"),
-         [request("r3", 1, (4000, 400, 0), 0.050), request("r3", 2, (100, 1, 0), None)]),
+        (
+            "r1",
+            {"ticket": "ENG-1", "team": "a"},
+            ("harness", "opencode", "nightly"),
+            [request("r1", 1, (1000, 100, 0), 0.010), request("r1", 2, (2000, 50, 1500), 0.005)],
+        ),
+        (
+            "r2",
+            {"ticket": "ENG-1", "team": "b"},
+            ("harness", "opencode"),
+            [request("r2", 1, (500, 10, 0), 0.002, model="openai/gpt-4o-mini", started_at=DAY2)],
+        ),
+        (
+            "r3",
+            {"ticket": "ENG-2", "team": "a"},
+            ("harness", "opencode", "nightly"),
+            [request("r3", 1, (4000, 400, 0), 0.050), request("r3", 2, (100, 1, 0), None)],
+        ),
         ("r4", {}, ("harness", "opencode"), [request("r4", 1, (10, 1, 0), 0.0001, started_at=DAY2)]),
     ]
     for run_id, metadata, tags, records in runs:
-        ledger.start_run(run_id=run_id, started_at=DAY1, model="litellm_proxy/coder", mode="gateway", workdir="/w",
-                         metadata=metadata, tags=tags, session_id=None)
+        ledger.start_run(
+            run_id=run_id,
+            started_at=DAY1,
+            model="litellm_proxy/coder",
+            mode="gateway",
+            workdir="/w",
+            metadata=metadata,
+            tags=tags,
+            session_id=None,
+        )
         for r in records:
             ledger.record_request(run_id, r)
     ledger.close()
@@ -57,7 +94,12 @@ def test_by_ticket_sums_each_ticket_most_expensive_first(ledger_path: Path) -> N
     assert [g.key for g in report.groups] == ["ENG-2", "ENG-1", None]
     eng1 = rows["ENG-1"]
     assert (eng1.runs, eng1.requests, eng1.input_tokens, eng1.output_tokens, eng1.cache_read_tokens) == (
-        2, 3, 3500, 160, 1500)
+        2,
+        3,
+        3500,
+        160,
+        1500,
+    )
     assert eng1.cost == pytest.approx(0.017) and eng1.unpriced_requests == 0
     assert rows["ENG-2"].cost == pytest.approx(0.050) and rows["ENG-2"].unpriced_requests == 1
     total = report.total
@@ -86,12 +128,13 @@ def test_the_table_has_a_total_line(ledger_path: Path) -> None:
 def test_any_metadata_key_model_tag_day_run_session(ledger_path: Path) -> None:
     assert {g.key: g.requests for g in build_report(ledger_path, by="team").groups} == {"a": 4, "b": 1, None: 1}
     assert {g.key: g.requests for g in build_report(ledger_path, by="model").groups} == {
-        "litellm_proxy/coder": 5, "openai/gpt-4o-mini": 1}
+        "litellm_proxy/coder": 5,
+        "openai/gpt-4o-mini": 1,
+    }
     by_tag = build_report(ledger_path, by="tag")
     assert {g.key: g.requests for g in by_tag.groups} == {"harness": 6, "opencode": 6, "nightly": 4}
     assert by_tag.total.requests == 6  # a request is counted once in the total, whatever its tags
-    assert {g.key: g.requests for g in build_report(ledger_path, by="day").groups} == {
-        "2026-09-21": 4, "2026-09-22": 2}
+    assert {g.key: g.requests for g in build_report(ledger_path, by="day").groups} == {"2026-09-21": 4, "2026-09-22": 2}
     assert {g.key for g in build_report(ledger_path, by="run").groups} == {"r1", "r2", "r3", "r4"}
     assert {g.key for g in build_report(ledger_path, by="session").groups} == {"ses_r1", "ses_r2", "ses_r3", "ses_r4"}
 
@@ -103,11 +146,14 @@ def test_filters_by_time_and_metadata(ledger_path: Path) -> None:
     assert {g.key: g.requests for g in only_a.groups} == {"ENG-2": 2, "ENG-1": 2}
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"by": "ticket; DROP TABLE runs"}, "cannot group by"),
-    ({"since": "last tuesday"}, "is not a date"),
-    ({"where": [("bad key", "x")]}, "metadata keys are"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"by": "ticket; DROP TABLE runs"}, "cannot group by"),
+        ({"since": "last tuesday"}, "is not a date"),
+        ({"where": [("bad key", "x")]}, "metadata keys are"),
+    ],
+)
 def test_bad_report_arguments_are_settings_errors(ledger_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         build_report(ledger_path, **kwargs)
@@ -115,8 +161,9 @@ def test_bad_report_arguments_are_settings_errors(ledger_path: Path, kwargs: dic
 
 def test_by_workdir_project_week_and_month(ledger_path: Path) -> None:
     ledger = Ledger(ledger_path)
-    ledger.start_run(run_id="r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(),
-                     session_id=None)
+    ledger.start_run(
+        run_id="r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(), session_id=None
+    )
     ledger.record_request("r5", request("r5", 1, (7, 1, 0), 0.001, started_at=DAY2 + 40 * 86_400))
     ledger.close()
     assert {g.key: g.requests for g in build_report(ledger_path, by="workdir").groups} == {"/w": 6, "/src/app": 1}
@@ -139,8 +186,16 @@ def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both
 
 def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -> None:
     ledger = Ledger(ledger_path)
-    ledger.update_run(run_id="r1", ended_at=DAY1 + 5, session_id=None, stop_reason="done", error=None,
-                      usage=RunUsage(), cost=0.015, unpriced=0)
+    ledger.update_run(
+        run_id="r1",
+        ended_at=DAY1 + 5,
+        session_id=None,
+        stop_reason="done",
+        error=None,
+        usage=RunUsage(),
+        cost=0.015,
+        unpriced=0,
+    )
     ledger.abandon("r2")
     ledger.close()
     report = build_report(ledger_path, by="run")
@@ -154,11 +209,23 @@ def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -
 def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_path: Path) -> None:
     path = tmp_path / "saved.db"
     ledger = Ledger(path)
-    ledger.start_run(run_id="r", started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"ticket": "T"},
-                     tags=(), session_id=None)
+    ledger.start_run(
+        run_id="r",
+        started_at=DAY1,
+        model="m",
+        mode="sdk",
+        workdir="/w",
+        metadata={"ticket": "T"},
+        tags=(),
+        session_id=None,
+    )
     for n, saved in enumerate((0.004, -0.001, 0.0)):
-        ledger.record_request("r", dataclasses.replace(request("r", n, (1000, 10, 500), 0.001),
-                                                       cost=Cost(0.001, "litellm", cache_saved=saved)))
+        ledger.record_request(
+            "r",
+            dataclasses.replace(
+                request("r", n, (1000, 10, 500), 0.001), cost=Cost(0.001, "litellm", cache_saved=saved)
+            ),
+        )
     ledger.close()
     report = build_report(path, by="ticket")
     [group] = report.groups
@@ -166,8 +233,9 @@ def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_pa
     assert report.to_dict()["total"]["cached_share"] == 0.5
     assert "50.0%" in report.render("table") and "0.003000" in report.render("table")
     ledger = Ledger(path)
-    ledger.record_request("r", dataclasses.replace(request("r", 9, (1000, 10, 500), None),
-                                                   cost=Cost(None, "unpriced", cache_saved=None)))
+    ledger.record_request(
+        "r", dataclasses.replace(request("r", 9, (1000, 10, 500), None), cost=Cost(None, "unpriced", cache_saved=None))
+    )
     ledger.close()
     assert build_report(path, by="ticket").total.cache_saved is None  # never a partial sum read as the whole
 
@@ -176,12 +244,30 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Pat
     """Runs refused by the gateway's check, or interrupted before their first call, were left out
     (a ledger of 30 runs reported 20)."""
     ledger = Ledger(ledger_path)
-    for run_id, outcome, error in (("r5", "error", "the key may not use model group 'x'"),
-                                   ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)")):
-        ledger.start_run(run_id=run_id, started_at=DAY2, model="litellm_proxy/x", mode="gateway", workdir="/w",
-                         metadata={"ticket": "ENG-3"}, tags=("harness",), session_id=None)
-        ledger.update_run(run_id=run_id, ended_at=DAY2 + 1, session_id=None, stop_reason=outcome, error=error,
-                          usage=RunUsage(), cost=0.0, unpriced=0)
+    for run_id, outcome, error in (
+        ("r5", "error", "the key may not use model group 'x'"),
+        ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)"),
+    ):
+        ledger.start_run(
+            run_id=run_id,
+            started_at=DAY2,
+            model="litellm_proxy/x",
+            mode="gateway",
+            workdir="/w",
+            metadata={"ticket": "ENG-3"},
+            tags=("harness",),
+            session_id=None,
+        )
+        ledger.update_run(
+            run_id=run_id,
+            ended_at=DAY2 + 1,
+            session_id=None,
+            stop_reason=outcome,
+            error=error,
+            usage=RunUsage(),
+            cost=0.0,
+            unpriced=0,
+        )
     ledger.close()
     outcomes = {g.key: g for g in build_report(ledger_path, by="outcome").groups}
     assert outcomes["error"].runs == 1 and outcomes["error"].requests == 0
@@ -197,8 +283,16 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Pat
 def test_costs_in_json_carry_no_float_noise(tmp_path: Path) -> None:
     path = tmp_path / "noise.db"
     ledger = Ledger(path)
-    ledger.start_run(run_id="r", started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"ticket": "T"},
-                     tags=(), session_id=None)
+    ledger.start_run(
+        run_id="r",
+        started_at=DAY1,
+        model="m",
+        mode="sdk",
+        workdir="/w",
+        metadata={"ticket": "T"},
+        tags=(),
+        session_id=None,
+    )
     for n, cost in enumerate((0.001416, 0.001416)):  # 0.0028320000000000003 as floats add up
         ledger.record_request("r", request("r", n, (10, 1, 0), cost))
     ledger.close()
@@ -208,8 +302,10 @@ def test_costs_in_json_carry_no_float_noise(tmp_path: Path) -> None:
 def test_by_run_says_when_on_what_how_each_run_ended_and_its_metadata(ledger_path: Path) -> None:
     report = build_report(ledger_path, by="run")
     r1 = next(g for g in report.groups if g.key == "r1")
-    assert r1.run is not None and (r1.run.model, dict(r1.run.metadata)) == ("litellm_proxy/coder",
-                                                                            {"ticket": "ENG-1", "team": "a"})
+    assert r1.run is not None and (r1.run.model, dict(r1.run.metadata)) == (
+        "litellm_proxy/coder",
+        {"ticket": "ENG-1", "team": "a"},
+    )
     table = report.render("table")
     assert "started (UTC)" in table and "2026-09-21 " in table and "ticket=ENG-1, team=a" in table
     assert report.to_dict()["groups"][0]["run"]["started_at"] == DAY1

@@ -21,16 +21,29 @@ from opencode_gateway.accounting.usage import Usage
 from tests.support import builders
 
 
-def record(request_id: str, tokens: tuple[int, int] = (100, 10), cost: float | None = 0.001,
-           source: str = "litellm", missing: bool = False) -> RequestRecord:
-    return builders.record(request_id, usage=None if missing else Usage(*tokens), cost=cost, source=source,
-                           usage_missing=missing)
+def record(
+    request_id: str,
+    tokens: tuple[int, int] = (100, 10),
+    cost: float | None = 0.001,
+    source: str = "litellm",
+    missing: bool = False,
+) -> RequestRecord:
+    return builders.record(
+        request_id, usage=None if missing else Usage(*tokens), cost=cost, source=source, usage_missing=missing
+    )
 
 
-records = st.lists(st.builds(
-    record, st.uuids().map(str), st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)),
-    st.one_of(st.none(), st.floats(0, 10, allow_nan=False)), st.sampled_from(["litellm", "reported", "refused"]),
-    st.booleans()), max_size=30)
+records = st.lists(
+    st.builds(
+        record,
+        st.uuids().map(str),
+        st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)),
+        st.one_of(st.none(), st.floats(0, 10, allow_nan=False)),
+        st.sampled_from(["litellm", "reported", "refused"]),
+        st.booleans(),
+    ),
+    max_size=30,
+)
 
 
 @given(records)
@@ -39,13 +52,16 @@ def test_incremental_totals_equal_the_totals_of_the_list(made: list[RequestRecor
     for each in made:
         account.add(each)
     assert account.records is None
-    usage = account.usage
+    usage = account.totals.usage
     assert (usage.input_tokens, usage.output_tokens, usage.requests) == (
-        sum(r.usage.input_tokens for r in made if r.usage), sum(r.usage.output_tokens for r in made if r.usage), len(made))
+        sum(r.usage.input_tokens for r in made if r.usage),
+        sum(r.usage.output_tokens for r in made if r.usage),
+        len(made),
+    )
     unpriced = any(r.cost.usd is None for r in made)
-    assert (account.cost is None) == unpriced
+    assert (account.totals.cost is None) == unpriced
     if not unpriced:
-        assert abs((account.cost or 0.0) - sum(r.cost.usd or 0.0 for r in made)) < 1e-9
+        assert abs((account.totals.cost or 0.0) - sum(r.cost.usd or 0.0 for r in made)) < 1e-9
 
 
 def test_a_reservation_is_the_prompt_at_4_characters_a_token_and_the_output_cap() -> None:
@@ -122,4 +138,4 @@ async def test_with_no_price_known_calls_wait_for_the_first_cost_then_reserve_th
     account.add(record(f"r{third[2]}", cost=0.004))
     refusals = await asyncio.gather(*(d for i, d in enumerate(decisions) if i not in third))
     assert all(r is not None and r.limit == "max_cost" for r in refusals)
-    assert account.spent.cost == pytest.approx(0.012)  # over by half a call: never by a burst
+    assert account.totals.spent.cost == pytest.approx(0.012)  # over by half a call: never by a burst

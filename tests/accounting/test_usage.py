@@ -10,8 +10,13 @@ from hypothesis import strategies as st
 from opencode_gateway.accounting.usage import StreamUsageReader, Usage, usage_from_body
 from tests.support.builders import chunk, sse
 
-USAGE = {"prompt_tokens": 100, "completion_tokens": 30, "total_tokens": 130,
-         "prompt_tokens_details": {"cached_tokens": 80}, "completion_tokens_details": {"reasoning_tokens": 10}}
+USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 30,
+    "total_tokens": 130,
+    "prompt_tokens_details": {"cached_tokens": 80},
+    "completion_tokens_details": {"reasoning_tokens": 10},
+}
 STREAM = sse(chunk("Hel"), chunk("lo"), {"id": "c", "model": "gpt-4o-mini", "choices": [], "usage": USAGE})
 
 
@@ -68,15 +73,23 @@ def test_a_cut_stream_is_not_done_and_an_error_event_is_kept() -> None:
 
 
 def test_anthropic_cache_fields_and_reported_cost() -> None:
-    usage = Usage.from_mapping({"prompt_tokens": 1500, "completion_tokens": 40, "cache_read_input_tokens": 1000,
-                                "cache_creation_input_tokens": 200, "cost": 0.0042})
+    usage = Usage.from_mapping(
+        {
+            "prompt_tokens": 1500,
+            "completion_tokens": 40,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 200,
+            "cost": 0.0042,
+        }
+    )
     assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (1500, 1000, 200)
     assert usage.reported_cost == 0.0042
 
 
 def test_anthropic_messages_spelling_counts_cache_in_input() -> None:
-    usage = Usage.from_mapping({"input_tokens": 300, "output_tokens": 40, "cache_read_input_tokens": 1000,
-                                "cache_creation_input_tokens": 200})
+    usage = Usage.from_mapping(
+        {"input_tokens": 300, "output_tokens": 40, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200}
+    )
     assert usage.input_tokens == 1500 and usage.output_tokens == 40
 
 

@@ -42,8 +42,11 @@ def test_spend_per_day_sums_to_the_total_per_group_and_per_model(ledger: Path) -
         assert len(series["names"]) == len(series["cost"])
         assert all(len(values) == len(data["days"]) for values in series["cost"])
         assert sum(map(sum, series["cost"])) == pytest.approx(data["total"]["cost"], abs=1e-12)
-    assert set(data["by_model"]["names"]) == {"openai/gpt-4o-mini", "litellm_proxy/team-a",
-                                              "anthropic/claude-sonnet-4-5"}
+    assert set(data["by_model"]["names"]) == {
+        "openai/gpt-4o-mini",
+        "litellm_proxy/team-a",
+        "anthropic/claude-sonnet-4-5",
+    }
 
 
 def test_past_the_drawn_series_the_rest_is_one_others_series(tmp_path: Path) -> None:

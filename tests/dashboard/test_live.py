@@ -53,7 +53,8 @@ async def test_health_stays_open(client: httpx.AsyncClient) -> None:
 
 
 async def test_a_login_code_works_once_and_sets_a_strict_httponly_cookie(
-        client: httpx.AsyncClient, access: DashboardAccess) -> None:
+    client: httpx.AsyncClient, access: DashboardAccess
+) -> None:
     code = access.new_code()
     login = await client.get(f"/login?code={code}", follow_redirects=False)
     assert login.status_code == 303 and login.headers["location"] == "/"
@@ -81,8 +82,11 @@ async def test_the_admin_token_reads_it_and_makes_new_login_urls(client: httpx.A
 
 async def test_a_launchs_token_cannot_read_the_dashboard(client: httpx.AsyncClient) -> None:
     """The agent holds its launch's token: it may spend through it, never read every team's ledger."""
-    minted = await client.post("/launches", json={"metadata": {"ticket": "ENG-1"}, "model": "openai/gpt-4o-mini"},
-                               headers={"authorization": f"Bearer {ADMIN}"})
+    minted = await client.post(
+        "/launches",
+        json={"metadata": {"ticket": "ENG-1"}, "model": "openai/gpt-4o-mini"},
+        headers={"authorization": f"Bearer {ADMIN}"},
+    )
     launch = {"authorization": f"Bearer {minted.json()['token']}"}
     for path in ("/", "/dashboard/data"):
         assert (await client.get(path, headers=launch)).status_code == 401

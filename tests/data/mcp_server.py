@@ -6,15 +6,21 @@ and ping; a notification gets no answer."""
 import json
 import sys
 
-TOOL = {"name": "lookup", "description": "Look a key up in the test's table.",
-        "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}
+TOOL = {
+    "name": "lookup",
+    "description": "Look a key up in the test's table.",
+    "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
 
 
 def answer(request: dict) -> dict:
     method, params = request.get("method"), request.get("params") or {}
     if method == "initialize":
-        return {"protocolVersion": params.get("protocolVersion", "2025-06-18"), "capabilities": {"tools": {}},
-                "serverInfo": {"name": "lookup-server", "version": "1.0.0"}}
+        return {
+            "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "lookup-server", "version": "1.0.0"},
+        }
     if method == "tools/list":
         return {"tools": [TOOL]}
     if method == "tools/call":

@@ -45,8 +45,9 @@ class Verdict(pydantic.BaseModel):
     passed: bool
 
 
-def test_events_arrive_in_order_while_the_run_goes(upstream: ScriptedUpstream, workdir: Path,
-                                                   settings: Settings) -> None:
+def test_events_arrive_in_order_while_the_run_goes(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     tool_call_seen = threading.Event()
 
     def final_answer(body: dict) -> Reply:
@@ -55,8 +56,9 @@ def test_events_arrive_in_order_while_the_run_goes(upstream: ScriptedUpstream, w
         seen = tool_call_seen.wait(timeout=30)
         return Reply(text="Listed it." if seen else "the tool call event never arrived")
 
-    upstream.script(Reply(text="Let me look.", tool_calls=[Call("bash", {"command": "echo hi", "description": "x"})]),
-                    final_answer)
+    upstream.script(
+        Reply(text="Let me look.", tool_calls=[Call("bash", {"command": "echo hi", "description": "x"})]), final_answer
+    )
     events: list[Event] = []
     for event in stream("List it", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings):
         events.append(event)
@@ -71,8 +73,11 @@ def test_events_arrive_in_order_while_the_run_goes(upstream: ScriptedUpstream, w
     assert [events[i].tool for i in requested] == ["bash"]  # type: ignore[attr-defined]
     assert requested[0] < events.index(next(e for e in events if isinstance(e, ToolCall)))
     # Live text comes first, piece by piece, then OpenCode's whole text of the same step.
-    pieces = [e.text for e in events[:events.index(next(e for e in events if isinstance(e, Text)))]
-              if isinstance(e, TextDelta)]
+    pieces = [
+        e.text
+        for e in events[: events.index(next(e for e in events if isinstance(e, Text)))]
+        if isinstance(e, TextDelta)
+    ]
     assert "".join(pieces) == "Let me look."
     finished = [e for e in events if isinstance(e, RequestFinished)]
     assert [e.run_tokens for e in finished] == [1050, 2100]  # the run's totals so far, per request
@@ -99,13 +104,16 @@ def test_no_delta_of_a_request_comes_before_the_tool_events_it_follows(
     def bash(n: int) -> Call:
         return Call("bash", {"command": f"echo step{n}", "description": f"step {n}"})
 
-    upstream.script(Reply(text="alpha", tool_calls=[bash(1)]), Reply(text="bravo", tool_calls=[bash(2)]),
-                    Reply(text="charlie"))
+    upstream.script(
+        Reply(text="alpha", tool_calls=[bash(1)]), Reply(text="bravo", tool_calls=[bash(2)]), Reply(text="charlie")
+    )
     events = list(stream("Three steps", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings))
     done = events[-1]
     assert isinstance(done, Done) and done.result.text == "charlie", done.result
     by_text = {}
-    for (finished, results), delta in zip(_step_of_each_delta(events), [e for e in events if isinstance(e, TextDelta)], strict=False):
+    for (finished, results), delta in zip(
+        _step_of_each_delta(events), [e for e in events if isinstance(e, TextDelta)], strict=False
+    ):
         by_text.setdefault(delta.text, (finished, results))
     # Request k+1 carries step k's tool result: its text streams only after that result and the
     # end of step k were delivered.
@@ -114,11 +122,13 @@ def test_no_delta_of_a_request_comes_before_the_tool_events_it_follows(
     assert by_text["charlie"] == (2, 2)
 
 
-def test_structured_output_is_parsed_into_the_model_class(upstream: ScriptedUpstream, workdir: Path,
-                                                          settings: Settings) -> None:
+def test_structured_output_is_parsed_into_the_model_class(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     upstream.script(Reply(text='All tests ran.\n```json\n{"tests": 14, "passed": true}\n```'))
-    result = run("Run the tests", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings,
-                 output=Verdict)
+    result = run(
+        "Run the tests", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings, output=Verdict
+    )
     assert result.ok and result.output == Verdict(tests=14, passed=True)
     assert result.to_dict()["output"] == {"tests": 14, "passed": True}
     body = upstream.requests[0]["body"]
@@ -128,8 +138,9 @@ def test_structured_output_is_parsed_into_the_model_class(upstream: ScriptedUpst
     assert "Run the tests" in user and "Final answer format" in user  # and the reminder, in the prompt
 
 
-def test_an_answer_without_a_matching_object_raises_output_invalid(upstream: ScriptedUpstream, workdir: Path,
-                                                                   settings: Settings) -> None:
+def test_an_answer_without_a_matching_object_raises_output_invalid(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     schema = {"type": "object", "properties": {"tests": {"type": "integer"}}, "required": ["tests"]}
     upstream.script(Reply(text='Done: {"tests": "many"}'))
     with pytest.raises(OutputInvalid, match="does not match the schema at tests: 'many' is not of type") as caught:
@@ -146,16 +157,27 @@ def test_an_answer_without_a_matching_object_raises_output_invalid(upstream: Scr
         run("Run the tests", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings, output=schema)
 
 
-def test_skills_and_instructions_reach_opencode(upstream: ScriptedUpstream, workdir: Path, settings: Settings,
-                                                tmp_path: Path) -> None:
+def test_skills_and_instructions_reach_opencode(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, tmp_path: Path
+) -> None:
     folder = tmp_path / "my-skills" / "notes"
     folder.mkdir(parents=True)
-    (folder / "SKILL.md").write_text("---\nname: release-notes\ndescription: Drafts release notes from the git log."
-                                     "\n---\nGroup the changes by kind.\n")
+    (folder / "SKILL.md").write_text(
+        "---\nname: release-notes\ndescription: Drafts release notes from the git log."
+        "\n---\nGroup the changes by kind.\n"
+    )
     (folder / "template.md").write_text("## Changes\n")
     upstream.script(Reply(tool_calls=[Call("skill", {"name": "release-notes"})]), Reply(text="Loaded."))
-    result = run("Draft the notes", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings,
-                 skills=[folder], instructions="Answer in French.", permissions="read-only")
+    result = run(
+        "Draft the notes",
+        model=MODEL,
+        api_base=upstream.url,
+        workdir=workdir,
+        settings=settings,
+        skills=[folder],
+        instructions="Answer in French.",
+        permissions="read-only",
+    )
     assert result.ok, result.error
     system = json.dumps([m for m in upstream.requests[0]["body"]["messages"] if m["role"] == "system"])
     assert "release-notes" in system and "Drafts release notes from the git log." in system
@@ -165,35 +187,54 @@ def test_skills_and_instructions_reach_opencode(upstream: ScriptedUpstream, work
     assert not (workdir / ".opencode").exists()  # copied into the run's private dir, not the project
 
 
-def test_file_changes_list_exactly_what_the_run_did(upstream: ScriptedUpstream, workdir: Path,
-                                                    settings: Settings) -> None:
+def test_file_changes_list_exactly_what_the_run_did(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     (workdir / "app.py").write_text("def main():\n    return 1\n")
     (workdir / "obsolete.txt").write_text("old\n")
     (workdir / "untouched.md").write_text("# readme\n")
     upstream.script(
-        Reply(tool_calls=[Call("write", {"filePath": str(workdir / "tests" / "test_app.py"),
-                                         "content": "def test_main():\n    assert True\n"})]),
+        Reply(
+            tool_calls=[
+                Call(
+                    "write",
+                    {
+                        "filePath": str(workdir / "tests" / "test_app.py"),
+                        "content": "def test_main():\n    assert True\n",
+                    },
+                )
+            ]
+        ),
         Reply(tool_calls=[Call("read", {"filePath": str(workdir / "app.py")})]),
-        Reply(tool_calls=[Call("edit", {"filePath": str(workdir / "app.py"), "oldString": "return 1",
-                                        "newString": "return 2"})]),
+        Reply(
+            tool_calls=[
+                Call("edit", {"filePath": str(workdir / "app.py"), "oldString": "return 1", "newString": "return 2"})
+            ]
+        ),
         Reply(tool_calls=[Call("bash", {"command": "rm obsolete.txt", "description": "remove it"})]),
         Reply(text="Done."),
     )
     result = run("Tidy up", model=MODEL, api_base=upstream.url, workdir=workdir, settings=settings)
     assert result.ok, result.error
     assert [(f.path, f.change) for f in result.files] == [
-        ("app.py", "modified"), ("obsolete.txt", "deleted"), ("tests/test_app.py", "created")]
+        ("app.py", "modified"),
+        ("obsolete.txt", "deleted"),
+        ("tests/test_app.py", "created"),
+    ]
     diffs = {f.path: f.diff for f in result.files}
-    assert diffs["app.py"] == ("--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n def main():\n-    return 1\n"
-                               "+    return 2\n")
+    assert diffs["app.py"] == (
+        "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n def main():\n-    return 1\n+    return 2\n"
+    )
     assert diffs["obsolete.txt"] == "--- a/obsolete.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-old\n"
-    assert diffs["tests/test_app.py"] == ("--- /dev/null\n+++ b/tests/test_app.py\n@@ -0,0 +1,2 @@\n"
-                                          "+def test_main():\n+    assert True\n")
+    assert diffs["tests/test_app.py"] == (
+        "--- /dev/null\n+++ b/tests/test_app.py\n@@ -0,0 +1,2 @@\n+def test_main():\n+    assert True\n"
+    )
 
 
 @pytest.mark.parametrize("form", ["stream", "astream"])
-def test_leaving_the_event_loop_early_stops_the_run(upstream: ScriptedUpstream, workdir: Path,
-                                                    settings: Settings, form: str) -> None:
+def test_leaving_the_event_loop_early_stops_the_run(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, form: str
+) -> None:
     upstream.script(Reply(text="slow " * 200, chunk_delay=0.2))
     options: dict = {"model": MODEL, "api_base": upstream.url, "workdir": workdir, "settings": settings}
 

@@ -32,17 +32,39 @@ def test_six_tasks_three_at_a_time_one_fails_and_resume_reruns_only_it(
         if task in broken:
             return Reply(status=401, error="key revoked")
         if not any(m["role"] == "tool" for m in body["messages"]):
-            return Reply(tool_calls=[ToolCall("write", {"filePath": str(root / task / "result.txt"),
-                                                        "content": task})], usage=usage(1000, 20))
+            return Reply(
+                tool_calls=[ToolCall("write", {"filePath": str(root / task / "result.txt"), "content": task})],
+                usage=usage(1000, 20),
+            )
         return Reply(text=f"{task} done", usage=usage(1200, 10))
 
     monkeypatch.setattr(upstream, "fallback", answer)
     tasks = tmp_path / "nightly.jsonl"
-    tasks.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"Do task t{i}", "metadata": {"ticket": f"ENG-{i}"}})
-                             + "\n" for i in range(1, 7)))
-    command = [*CLI, "batch", str(tasks), "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk",
-               "--concurrency", "3", "--workdir-root", str(root), "--opencode-bin", opencode_bin,
-               "--ledger", str(tmp_path / "ledger.db")]
+    tasks.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "prompt": f"Do task t{i}", "metadata": {"ticket": f"ENG-{i}"}}) + "\n"
+            for i in range(1, 7)
+        )
+    )
+    command = [
+        *CLI,
+        "batch",
+        str(tasks),
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key",
+        "sk",
+        "--concurrency",
+        "3",
+        "--workdir-root",
+        str(root),
+        "--opencode-bin",
+        opencode_bin,
+        "--ledger",
+        str(tmp_path / "ledger.db"),
+    ]
     env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
 
     first = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
@@ -79,13 +101,28 @@ def test_six_tasks_three_at_a_time_one_fails_and_resume_reruns_only_it(
     assert all(r["stop_reason"] == "done" for r in results)
 
     ledger = sqlite3.connect(tmp_path / "ledger.db")
-    runs = ledger.execute("SELECT json_extract(metadata, '$.task_id'), stop_reason FROM runs "
-                          "ORDER BY started_at").fetchall()
+    runs = ledger.execute(
+        "SELECT json_extract(metadata, '$.task_id'), stop_reason FROM runs ORDER BY started_at"
+    ).fetchall()
     assert sorted(runs) == sorted([(f"t{i}", "done") for i in (1, 2, 3, 5, 6)] + [("t4", "error"), ("t4", "done")])
     batch_id = re.search(r"--where batch_id=(\S+)", resumed.stdout).group(1)  # type: ignore[union-attr]
-    report = subprocess.run([*CLI, "report", "--by", "task_id", "--where", f"batch_id={batch_id}", "--ledger",
-                             str(tmp_path / "ledger.db"), "--format", "json"], capture_output=True, text=True,
-                            timeout=60)
+    report = subprocess.run(
+        [
+            *CLI,
+            "report",
+            "--by",
+            "task_id",
+            "--where",
+            f"batch_id={batch_id}",
+            "--ledger",
+            str(tmp_path / "ledger.db"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     groups = {g["key"]: g for g in json.loads(report.stdout)["groups"]}
     assert groups["t4"]["runs"] == 2 and groups["t1"]["runs"] == 1
     assert json.loads(report.stdout)["total"]["requests"] == 13  # the 11 above, and t4's two on resume

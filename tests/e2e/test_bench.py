@@ -15,11 +15,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_benchmark_runs_and_prints(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    result = subprocess.run([str(ROOT / "scripts" / "bench"), "--quick", "--requests", "3", "--out", str(out)],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "bench"), "--quick", "--requests", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    for heading in ("relay (ms)", "throughput (streamed req/s)", "CLI start (median)", "memory: RSS",
-                    "serve, one session of", "targets:"):
+    for heading in (
+        "relay (ms)",
+        "throughput (streamed req/s)",
+        "CLI start (median)",
+        "memory: RSS",
+        "serve, one session of",
+        "targets:",
+    ):
         assert heading in result.stdout
     data = json.loads(out.read_text())
     kinds = {row["kind"] for row in data["relay"]}
@@ -32,8 +42,13 @@ def test_the_benchmark_runs_and_prints(tmp_path: Path) -> None:
 def test_the_caching_section_prices_the_same_session_three_ways(opencode_bin: str) -> None:
     """`--only caching`: a team-named group, a claude-named group (the real proxy) and OpenCode alone,
     each the same ten turns of a scripted Claude; the gateway's booked cost is the session's price."""
-    result = subprocess.run([str(ROOT / "scripts" / "bench"), "--only", "caching"], capture_output=True, text=True,
-                            timeout=900, env={**os.environ, "OPENCODE_BIN": opencode_bin})
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "bench"), "--only", "caching"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OPENCODE_BIN": opencode_bin},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     for group in ("team-coder", "claude-coder"):

@@ -23,8 +23,11 @@ def _marked_blocks(body: dict[str, Any]) -> tuple[bool, list[int]]:
     """Whether Anthropic's system blocks carry a marker, and which messages do."""
     system = body.get("system")
     system_marked = isinstance(system, list) and any("cache_control" in block for block in system)
-    marked = [i for i, message in enumerate(body["messages"]) if isinstance(message.get("content"), list)
-              and any("cache_control" in part for part in message["content"])]
+    marked = [
+        i
+        for i, message in enumerate(body["messages"])
+        if isinstance(message.get("content"), list) and any("cache_control" in part for part in message["content"])
+    ]
     return system_marked, marked
 
 
@@ -33,11 +36,20 @@ def test_a_claude_group_gets_opencodes_cache_markers_whatever_it_is_called(
     group: str, proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "greet"})],
-              usage=anthropic_usage(2000, 40, cache_write=1500)),
-        Reply(text="Done.", usage=anthropic_usage(300, 10, cache_read=1500)))
-    result = run("Say hi with bash", model=f"litellm_proxy/{group}", api_base=proxy.url,
-                 api_key=new_key(proxy, models=[group]), workdir=workdir, settings=settings)
+        Reply(
+            tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "greet"})],
+            usage=anthropic_usage(2000, 40, cache_write=1500),
+        ),
+        Reply(text="Done.", usage=anthropic_usage(300, 10, cache_read=1500)),
+    )
+    result = run(
+        "Say hi with bash",
+        model=f"litellm_proxy/{group}",
+        api_base=proxy.url,
+        api_key=new_key(proxy, models=[group]),
+        workdir=workdir,
+        settings=settings,
+    )
     assert result.stop_reason == "done", result.error
     calls = [r for r in upstream.requests if r["path"] == "/v1/messages"]
     assert len(calls) == 2
@@ -51,8 +63,14 @@ def test_an_openai_group_gets_a_cache_key_and_no_markers(
     proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(Reply(text="Done.", usage=usage(1000, 10)))
-    result = run("Say done", model="litellm_proxy/team-a", api_base=proxy.url,
-                 api_key=new_key(proxy, models=["team-a"]), workdir=workdir, settings=settings)
+    result = run(
+        "Say done",
+        model="litellm_proxy/team-a",
+        api_base=proxy.url,
+        api_key=new_key(proxy, models=["team-a"]),
+        workdir=workdir,
+        settings=settings,
+    )
     assert result.stop_reason == "done", result.error
     [call] = upstream.requests
     assert "cache_control" not in json.dumps(call["body"]) and call["body"].get("prompt_cache_key") == result.run_id
@@ -64,9 +82,14 @@ def test_without_the_endpoints_markers_a_team_named_claude_group_has_none(
     """What the markers above are the endpoint's doing: with `prompt_caching: off`, OpenCode alone
     marks nothing on a group whose name lacks "claude" (the 4.4x session)."""
     upstream.script(Reply(text="Done.", usage=anthropic_usage(2000, 10)))
-    result = run("Say done", model="litellm_proxy/team-coder", api_base=proxy.url,
-                 api_key=new_key(proxy, models=["team-coder"]), workdir=workdir,
-                 settings=settings.replace(prompt_caching={"team-coder": "off"}))
+    result = run(
+        "Say done",
+        model="litellm_proxy/team-coder",
+        api_base=proxy.url,
+        api_key=new_key(proxy, models=["team-coder"]),
+        workdir=workdir,
+        settings=settings.replace(prompt_caching={"team-coder": "off"}),
+    )
     assert result.stop_reason == "done", result.error
     [call] = [r for r in upstream.requests if r["path"] == "/v1/messages"]
     assert _marked_blocks(call["body"]) == (False, [])
@@ -82,10 +105,15 @@ def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_nam
     for group in ("team-coder", "claude-coder", "team-coder-uncached"):
         claude = CachingClaude()
         upstream.script(*[claude] * 10)
-        result = run("Take ten steps with bash", model=f"litellm_proxy/{group.removesuffix('-uncached')}",
-                     api_base=proxy.url, api_key=new_key(proxy, models=[group.removesuffix("-uncached")]),
-                     workdir=workdir, max_turns=12, settings=settings.replace(
-                         prompt_caching={"team-coder": "off"} if group.endswith("-uncached") else {}))
+        result = run(
+            "Take ten steps with bash",
+            model=f"litellm_proxy/{group.removesuffix('-uncached')}",
+            api_base=proxy.url,
+            api_key=new_key(proxy, models=[group.removesuffix("-uncached")]),
+            workdir=workdir,
+            max_turns=12,
+            settings=settings.replace(prompt_caching={"team-coder": "off"} if group.endswith("-uncached") else {}),
+        )
         assert result.stop_reason == "done" and result.usage.requests == 10, result.error
         assert result.cost is not None
         costs[group], results[group] = result.cost, result

@@ -17,17 +17,34 @@ pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]
 
 
-def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def test_run_json_reads_the_prompt_from_stdin(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
     upstream.script(Reply(text="Forty-two.", usage=usage(800, 5)))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--json", "--metadata", "ticket=ENG-9",
-                 "-", stdin="What is the answer?")
+    result = cli(
+        "run",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key",
+        "sk-provider",
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "--json",
+        "--metadata",
+        "ticket=ENG-9",
+        "-",
+        stdin="What is the answer?",
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["text"] == "Forty-two." and data["stop_reason"] == "done"
@@ -48,13 +65,31 @@ def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
         seen_before_end.append('"type": "tool_call"' in stderr_file.read_text())
         return Reply(text="Wrote it.", usage=usage(1000, 50, cached=800))
 
-    upstream.script(Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})]),
-                    answer)
+    upstream.script(Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})]), answer)
     with stderr_file.open("w") as stderr:
         result = subprocess.run(
-            [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-             "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--show-events", "write", "a.txt"],
-            stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
+            [
+                *CLI,
+                "run",
+                "-m",
+                "openai/gpt-4o-mini",
+                "--api-base",
+                upstream.url,
+                "--api-key",
+                "sk-provider",
+                "--opencode-bin",
+                opencode_bin,
+                "--workdir",
+                str(workdir),
+                "--show-events",
+                "write",
+                "a.txt",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 0
     assert result.stdout.strip() == "Wrote it."
     assert seen_before_end == [True]
@@ -66,8 +101,20 @@ def test_run_prints_the_answer_and_a_summary_and_shows_events_live(
 
 def test_a_failed_run_exits_1_with_the_error(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
     upstream.script(Reply(status=401, error="Invalid API key"))
-    argv = ["run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-bad",
-            "--opencode-bin", opencode_bin, "--workdir", str(workdir), "hi"]
+    argv = [
+        "run",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key",
+        "sk-bad",
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "hi",
+    ]
     result = cli(*argv)
     assert result.returncode == 1
     assert "opencode-gateway: error: " in result.stderr and "Invalid API key" in result.stderr
@@ -75,40 +122,95 @@ def test_a_failed_run_exits_1_with_the_error(upstream: ScriptedUpstream, opencod
     # exits without collecting garbage, so collect it here: an unclosed transport would warn.
     upstream.script(Reply(status=401, error="Invalid API key"))
     collected = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", "-c",
-         "import gc, sys; from opencode_gateway.cli import main; code = main(sys.argv[1:]); gc.collect(); sys.exit(code)",
-         *argv], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-W",
+            "always::ResourceWarning",
+            "-c",
+            "import gc, sys; from opencode_gateway.cli import main; code = main(sys.argv[1:]); gc.collect(); sys.exit(code)",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert collected.returncode == 1 and "Invalid API key" in collected.stderr
     assert "unclosed" not in collected.stderr and "Event loop is closed" not in collected.stderr
 
 
-def test_output_schema_prints_the_answers_object_alone(upstream: ScriptedUpstream, opencode_bin: str,
-                                                       workdir: Path, tmp_path: Path) -> None:
+def test_output_schema_prints_the_answers_object_alone(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path
+) -> None:
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"type": "object", "required": ["fixed"], "properties": {"fixed": {"type": "boolean"}}}))
+    schema.write_text(
+        json.dumps({"type": "object", "required": ["fixed"], "properties": {"fixed": {"type": "boolean"}}})
+    )
     upstream.script(Reply(text='Fixed it.\n{"fixed": true}'))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "Fix it")
+    result = cli(
+        "run",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key",
+        "sk-provider",
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "--output-schema",
+        str(schema),
+        "Fix it",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"fixed": True}
 
     upstream.script(Reply(text="Could not fix it."))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-provider",
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--output-schema", str(schema), "--json",
-                 "Fix it")
+    result = cli(
+        "run",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key",
+        "sk-provider",
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "--output-schema",
+        str(schema),
+        "--json",
+        "Fix it",
+    )
     assert result.returncode == 1
     data = json.loads(result.stdout)
     assert data["stop_reason"] == "error" and data["output"] is None
     assert data["error"]["type"] == "OutputInvalid" and data["error"]["raw_text"] == "Could not fix it."
 
 
-def test_the_key_can_come_from_a_file_and_never_be_in_argv(upstream: ScriptedUpstream, opencode_bin: str,
-                                                            workdir: Path, tmp_path: Path) -> None:
+def test_the_key_can_come_from_a_file_and_never_be_in_argv(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path
+) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("sk-from-a-file\n")
     upstream.script(Reply(text="ok"))
-    result = cli("run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key-file", str(key_file),
-                 "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "l.db"), "hi")
+    result = cli(
+        "run",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--api-base",
+        upstream.url,
+        "--api-key-file",
+        str(key_file),
+        "--opencode-bin",
+        opencode_bin,
+        "--workdir",
+        str(workdir),
+        "--ledger",
+        str(tmp_path / "l.db"),
+        "hi",
+    )
     assert result.returncode == 0, result.stderr
     assert upstream.requests[0]["headers"]["authorization"] == "Bearer sk-from-a-file"
     empty = tmp_path / "empty"

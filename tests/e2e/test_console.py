@@ -54,13 +54,32 @@ def test_a_run_in_a_terminal_shows_its_tool_calls_and_totals_while_it_goes(
         seen_before_answer.append("✓ bash echo hi" in terminal.text and "request" in terminal.text)
         return Reply(text="It printed hi.\nAll done.", usage=usage(1200, 30))
 
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "echo hi"})],
-                          usage=usage(1000, 20)), answer)
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "echo hi"})], usage=usage(1000, 20)),
+        answer,
+    )
     started = time.monotonic()
-    with subprocess.Popen([*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x",
-                           "--opencode-bin", opencode_bin, "--workdir", str(workdir), "say hi with bash"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal.slave,
-                          env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"}) as process:
+    with subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            "sk-x",
+            "--opencode-bin",
+            opencode_bin,
+            "--workdir",
+            str(workdir),
+            "say hi with bash",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"},
+    ) as process:
         os.close(terminal.slave)
         stdout, _ = process.communicate(timeout=120)
     assert process.returncode == 0, terminal.text
@@ -78,9 +97,27 @@ def test_a_run_in_a_terminal_shows_its_tool_calls_and_totals_while_it_goes(
 def test_quiet_and_a_pipe_show_no_live_view(upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> None:
     terminal = Terminal()
     upstream.script(Reply(text="Quiet answer.", usage=usage(100, 5)))
-    with subprocess.Popen([*CLI, "run", "-q", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key",
-                           "sk-x", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "say it"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal.slave) as process:
+    with subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-q",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            "sk-x",
+            "--opencode-bin",
+            opencode_bin,
+            "--workdir",
+            str(workdir),
+            "say it",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+    ) as process:
         os.close(terminal.slave)
         stdout, _ = process.communicate(timeout=120)
     assert process.returncode == 0 and stdout.decode() == "Quiet answer.\n"

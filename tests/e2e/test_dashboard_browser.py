@@ -37,8 +37,9 @@ def legend(page: Any, chart: str) -> list[str]:
     return page.locator(f"#{chart} .u-legend .u-series .u-label").all_inner_texts()[1:]  # after the x axis
 
 
-def test_the_html_report_draws_its_charts_and_agrees_with_report_json(tmp_path: Path, page: Any,
-                                                                      artifacts: Path) -> None:
+def test_the_html_report_draws_its_charts_and_agrees_with_report_json(
+    tmp_path: Path, page: Any, artifacts: Path
+) -> None:
     ledger = spend_ledger(tmp_path / "ledger.db")
     out = tmp_path / "spend.html"
     cli("report", "--ledger", ledger, "--html", out)
@@ -51,10 +52,22 @@ def test_the_html_report_draws_its_charts_and_agrees_with_report_json(tmp_path: 
 
     assert page.locator("#chart-group canvas").count() == 1 and page.locator("#chart-model canvas").count() == 1
     assert sorted(legend(page, "chart-group")) == sorted(group["key"] for group in report["groups"])
-    assert sorted(legend(page, "chart-model")) == ["anthropic/claude-sonnet-4-5", "litellm_proxy/team-a",
-                                                   "openai/gpt-4o-mini"]
-    for key in ("cost", "runs", "requests", "input_tokens", "output_tokens", "cache_read_tokens",
-                "cache_write_tokens", "reasoning_tokens", "unpriced_requests"):
+    assert sorted(legend(page, "chart-model")) == [
+        "anthropic/claude-sonnet-4-5",
+        "litellm_proxy/team-a",
+        "openai/gpt-4o-mini",
+    ]
+    for key in (
+        "cost",
+        "runs",
+        "requests",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+        "unpriced_requests",
+    ):
         assert total(page, key) == pytest.approx(report["total"][key], abs=1e-12), key
     for group in report["groups"]:
         shown = page.get_attribute(f'#groups tr[data-group="{group["key"]}"] td[data-cost]', "data-cost")
@@ -92,8 +105,12 @@ def test_the_runs_table_pages_fifty_runs_at_a_time(tmp_path: Path, page: Any) ->
 def live_server(upstream: ScriptedUpstream, tmp_path: Path, opencode_bin: str) -> Any:
     """A real `opencode-gateway serve` (SDK mode on the scripted model); its stderr lines in a queue."""
     env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home"), "OPENCODE_BIN": opencode_bin}
-    process = subprocess.Popen([*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
-                               env=env, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()  # type: ignore[union-attr]
     yield process, lines, env
@@ -110,21 +127,44 @@ def login_url(lines: queue.Queue[str]) -> str:
     raise AssertionError("serve printed no login URL within 60 s")
 
 
-def test_the_live_page_shows_a_new_request_within_its_refresh(live_server: Any, upstream: ScriptedUpstream,
-                                                              workdir: Path, page: Any, artifacts: Path) -> None:
+def test_the_live_page_shows_a_new_request_within_its_refresh(
+    live_server: Any, upstream: ScriptedUpstream, workdir: Path, page: Any, artifacts: Path
+) -> None:
     process, lines, env = live_server
     page.goto(login_url(lines))
     page.wait_for_selector("body[data-ready]")
     assert page.url.endswith("/") and "live, reloaded every" in page.inner_text("header")
     before = total(page, "requests")
     upstream.script(Reply(text="Done live.", usage=usage(1200, 30)))
-    launched = subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", "--metadata", "ticket=ENG-LIVE", "--",
-                               "run", "--format", "json", "--title", "live", "say hi"], env=env, cwd=workdir,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    launched = subprocess.run(
+        [
+            *CLI,
+            "opencode",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--metadata",
+            "ticket=ENG-LIVE",
+            "--",
+            "run",
+            "--format",
+            "json",
+            "--title",
+            "live",
+            "say hi",
+        ],
+        env=env,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert launched.returncode == 0, launched.stderr
     ended = time.monotonic()
-    page.wait_for_function(f'Number(document.querySelector(\'[data-total="requests"]\').dataset.value) > {before}',
-                           timeout=REFRESH_S * 10 * 1000)  # a refresh or two; generous on a busy machine
+    page.wait_for_function(
+        f"Number(document.querySelector('[data-total=\"requests\"]').dataset.value) > {before}",
+        timeout=REFRESH_S * 10 * 1000,
+    )  # a refresh or two; generous on a busy machine
     shown_after = time.monotonic() - ended
     assert total(page, "requests") == before + 1 and total(page, "input_tokens") >= 1200
     assert "ENG-LIVE" in page.inner_text("#sessions") and "ENG-LIVE" in page.inner_text("#groups")
@@ -132,8 +172,7 @@ def test_the_live_page_shows_a_new_request_within_its_refresh(live_server: Any, 
     page.screenshot(path=str(artifacts / "dashboard-live.png"))
 
 
-def test_a_spent_login_link_shows_how_to_get_a_new_one_and_serve_login_gives_one(live_server: Any,
-                                                                                 page: Any) -> None:
+def test_a_spent_login_link_shows_how_to_get_a_new_one_and_serve_login_gives_one(live_server: Any, page: Any) -> None:
     process, lines, env = live_server
     first = login_url(lines)
     page.goto(first)
@@ -158,10 +197,22 @@ def test_what_the_ledger_holds_is_shown_as_text_never_run_as_markup(tmp_path: Pa
     from tests.support.builders import record
 
     ledger = Ledger(tmp_path / "ledger.db")
-    ledger.start_run(run_id="run_x", started_at=1_796_000_000.0, model=HOSTILE, mode="gateway", workdir=HOSTILE,
-                     metadata={"ticket": HOSTILE}, tags=(HOSTILE,), session_id=HOSTILE)
-    ledger.record_request("run_x", record("r1", model=HOSTILE, upstream_model=HOSTILE, session_id=HOSTILE,
-                                          started_at=1_796_000_000.0, error=HOSTILE))
+    ledger.start_run(
+        run_id="run_x",
+        started_at=1_796_000_000.0,
+        model=HOSTILE,
+        mode="gateway",
+        workdir=HOSTILE,
+        metadata={"ticket": HOSTILE},
+        tags=(HOSTILE,),
+        session_id=HOSTILE,
+    )
+    ledger.record_request(
+        "run_x",
+        record(
+            "r1", model=HOSTILE, upstream_model=HOSTILE, session_id=HOSTILE, started_at=1_796_000_000.0, error=HOSTILE
+        ),
+    )
     ledger.close()
     out = tmp_path / "spend.html"
     cli("report", "--ledger", tmp_path / "ledger.db", "--html", out)
@@ -188,8 +239,9 @@ def test_without_javascript_the_tables_are_all_there(tmp_path: Path, browser: An
     context.close()
 
 
-def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legend(tmp_path: Path, page: Any,
-                                                                                 artifacts: Path) -> None:
+def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legend(
+    tmp_path: Path, page: Any, artifacts: Path
+) -> None:
     """A new user's first dashboard: every run on one day, one model with 84% of the spend. Its bar
     was drawn as a sliver (the y axis started near the smallest value) in one bar for the day."""
     from opencode_gateway.accounting.ledger import Ledger
@@ -199,13 +251,24 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     path = tmp_path / "first-day.db"
     ledger = Ledger(path)
     day = 1_796_428_800.0  # 2026-12-03 00:00 UTC
-    for number, (model, cost, hour) in enumerate((("openai/gpt-4.1", 0.84, 9), ("openai/gpt-4o-mini", 0.16, 9),
-                                                  ("openai/gpt-4.1", 0.0, 14))):
+    for number, (model, cost, hour) in enumerate(
+        (("openai/gpt-4.1", 0.84, 9), ("openai/gpt-4o-mini", 0.16, 9), ("openai/gpt-4.1", 0.0, 14))
+    ):
         run_id = f"run_{number}"
-        ledger.start_run(run_id=run_id, started_at=day + hour * 3600, model=model, mode="sdk", workdir="/w",
-                         metadata={"ticket": f"ENG-{number}"}, tags=(), session_id=None)
-        ledger.record_request(run_id, record(f"{run_id}_r", usage=Usage(1000, 10), cost=cost, model=model,
-                                             started_at=day + hour * 3600 + 60))
+        ledger.start_run(
+            run_id=run_id,
+            started_at=day + hour * 3600,
+            model=model,
+            mode="sdk",
+            workdir="/w",
+            metadata={"ticket": f"ENG-{number}"},
+            tags=(),
+            session_id=None,
+        )
+        ledger.record_request(
+            run_id,
+            record(f"{run_id}_r", usage=Usage(1000, 10), cost=cost, model=model, started_at=day + hour * 3600 + 60),
+        )
     ledger.close()
     out = tmp_path / "first-day.html"
     cli("report", "--ledger", path, "--html", out)
@@ -218,7 +281,12 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     assert chart.get_attribute("data-bars") == "2"  # 09:00 and 14:00, not one bar for the day
     headings = page.locator("h2").all_inner_texts()
     assert "Spend per hour, by model" in headings and "Top tickets by cost" in headings
-    values = dict(zip(legend(page, "chart-model"),
-                      page.locator("#chart-model .u-legend .u-series .u-value").all_inner_texts()[1:], strict=True))
+    values = dict(
+        zip(
+            legend(page, "chart-model"),
+            page.locator("#chart-model .u-legend .u-series .u-value").all_inner_texts()[1:],
+            strict=True,
+        )
+    )
     assert values == {"openai/gpt-4.1": "$0.840000", "openai/gpt-4o-mini": "$0.160000"}  # before any hover
     page.screenshot(path=str(artifacts / "dashboard-first-day.png"))

@@ -26,51 +26,62 @@ MODEL = {"model": "litellm_proxy/coder", "api_key": "sk-virtual"}  # the scripte
 
 
 def tool_turn(workdir: Path, name: str, prompt_tokens: int = 1000) -> Reply:
-    return Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / name), "content": name})],
-                 usage=usage(prompt_tokens, 50))
+    return Reply(
+        tool_calls=[ToolCall("write", {"filePath": str(workdir / name), "content": name})],
+        usage=usage(prompt_tokens, 50),
+    )
 
 
 def test_max_requests_refuses_the_next_call_and_stops_the_run(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(tool_turn(workdir, "a"), tool_turn(workdir, "b"), tool_turn(workdir, "c"), Reply(text="done"))
-    result = run("Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_requests=2),
-                 **MODEL)
+    result = run(
+        "Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_requests=2), **MODEL
+    )
     assert result.stop_reason == "budget_exceeded"
     assert isinstance(result.error, BudgetExceeded)
     assert "max_requests is 2 and 2 requests were made" in str(result.error)
     assert len(upstream.requests) == 2  # the third call never left the endpoint
-    assert [r.cost.source for r in result.requests] == ["reported", "reported", "refused"] or \
-        [r.status_code for r in result.requests] == [200, 200, 400]
-    rows = sqlite3.connect(settings.ledger_path).execute(
-        "SELECT status_code, cost_source, error FROM requests ORDER BY started_at").fetchall()
+    assert [r.cost.source for r in result.requests] == ["reported", "reported", "refused"] or [
+        r.status_code for r in result.requests
+    ] == [200, 200, 400]
+    rows = (
+        sqlite3.connect(settings.ledger_path)
+        .execute("SELECT status_code, cost_source, error FROM requests ORDER BY started_at")
+        .fetchall()
+    )
     assert rows[-1][0] == 400 and rows[-1][1] == "refused" and "max_requests" in rows[-1][2]
     assert sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason FROM runs").fetchone() == (
-        "budget_exceeded",)
+        "budget_exceeded",
+    )
 
 
 def test_a_crossed_token_limit_lets_the_running_stream_finish_and_reports_the_overshoot(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(tool_turn(workdir, "a", 1000), tool_turn(workdir, "b", 1300), Reply(text="never"))
-    result = run("Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_tokens=1500),
-                 **MODEL)
+    result = run(
+        "Write files", api_base=upstream.url, workdir=workdir, settings=settings.replace(max_tokens=1500), **MODEL
+    )
     assert result.stop_reason == "budget_exceeded"
     assert [r.status_code for r in result.requests] == [200, 200, 400]
     assert result.usage.input_tokens + result.usage.output_tokens == 2400
     assert any("900 tokens over max_tokens (1,500)" in w for w in result.warnings)
 
 
-def test_a_budget_from_the_groups_defaults_applies(upstream: ScriptedUpstream, workdir: Path,
-                                                  settings: Settings) -> None:
+def test_a_budget_from_the_groups_defaults_applies(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     upstream.script(tool_turn(workdir, "a"), Reply(text="never"))
     limited = settings.replace(budgets={"coder": {"max_requests": 1}})
     result = run("Write", api_base=upstream.url, workdir=workdir, settings=limited, **MODEL)
     assert result.stop_reason == "budget_exceeded" and len(upstream.requests) == 1
 
 
-def test_a_429_with_retry_after_is_retried_and_shown(upstream: ScriptedUpstream, workdir: Path,
-                                                     settings: Settings) -> None:
+def test_a_429_with_retry_after_is_retried_and_shown(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     upstream.script(Reply(status=429, error="slow down", headers={"retry-after": "1"}), Reply(text="fine"))
     result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
     assert result.ok and result.text == "fine"
@@ -81,8 +92,9 @@ def test_a_429_with_retry_after_is_retried_and_shown(upstream: ScriptedUpstream,
     assert result.requests[0].attempts == 2
 
 
-def test_a_cut_stream_ends_the_run_with_a_clear_error(upstream: ScriptedUpstream, workdir: Path,
-                                                      settings: Settings) -> None:
+def test_a_cut_stream_ends_the_run_with_a_clear_error(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     upstream.script(Reply(text="this answer will be cut off in the middle", cut_after=3), Reply(text="never"))
     result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
     assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
@@ -92,8 +104,9 @@ def test_a_cut_stream_ends_the_run_with_a_clear_error(upstream: ScriptedUpstream
     assert time.time() - result.requests[0].started_at < 30  # not OpenCode's minutes of retries
 
 
-def test_an_sse_error_event_ends_the_run_with_its_message(upstream: ScriptedUpstream, workdir: Path,
-                                                          settings: Settings) -> None:
+def test_an_sse_error_event_ends_the_run_with_its_message(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
     upstream.script(Reply(text="partial answer", sse_error="the model is overloaded"), Reply(text="never"))
     result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
     assert result.stop_reason == "error" and "the model is overloaded" in str(result.error)
@@ -104,8 +117,7 @@ def test_an_upstream_that_never_answers_hits_the_first_byte_timeout(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(Reply(text="late", hang=60))
-    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings.replace(first_byte_timeout=2),
-                 **MODEL)
+    result = run("Hi", api_base=upstream.url, workdir=workdir, settings=settings.replace(first_byte_timeout=2), **MODEL)
     assert result.stop_reason == "error"
     assert isinstance(result.error, UpstreamError) and result.error.status_code == 504
     assert "first-byte timeout" in str(result.error)
@@ -147,8 +159,17 @@ def _processes_with(marker: str) -> list[int]:
 def test_no_process_outlives_the_run(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     marker = f"orphan-check-{os.getpid()}-{time.monotonic_ns()}"
     upstream.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
-                                            "description": "start a background job"})]),
+        Reply(
+            tool_calls=[
+                ToolCall(
+                    "bash",
+                    {
+                        "command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
+                        "description": "start a background job",
+                    },
+                )
+            ]
+        ),
         Reply(text="started it"),
     )
     result = run("Start a job", api_base=upstream.url, workdir=workdir, settings=settings, **MODEL)
@@ -159,20 +180,46 @@ def test_no_process_outlives_the_run(upstream: ScriptedUpstream, workdir: Path, 
     assert _processes_with(marker) == []
 
 
-_SIGNALS_AS_IN_A_TERMINAL = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in "
-                             "(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]; os.execv(sys.argv[1], sys.argv[1:])")
+_SIGNALS_AS_IN_A_TERMINAL = (
+    "import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in "
+    "(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]; os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
-def _cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path,
-             *options: str) -> subprocess.Popen[str]:
+def _cli_run(
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, ledger: Path, *options: str
+) -> subprocess.Popen[str]:
     """The CLI on a run whose second request streams slowly; returned once that request arrived.
     It starts with the signals handled, as from a terminal: a suite started in the background (`&`
     in a script) ignores SIGINT, one under `nohup` SIGHUP, and so would every program it starts."""
     cli = subprocess.Popen(
-        [sys.executable, "-c", _SIGNALS_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "run",
-         "-m", "litellm_proxy/coder", "--api-base", upstream.url,
-         "--api-key", "sk-v", "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger),
-         *options, "go"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            _SIGNALS_AS_IN_A_TERMINAL,
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "run",
+            "-m",
+            "litellm_proxy/coder",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            "sk-v",
+            "--opencode-bin",
+            opencode_bin,
+            "--workdir",
+            str(workdir),
+            "--ledger",
+            str(ledger),
+            *options,
+            "go",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(upstream.requests) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -196,7 +243,8 @@ def test_ctrl_c_sigterm_and_sighup_stop_opencode_keep_the_ledger_and_exit_128_pl
     assert db.execute("SELECT count(*) FROM requests WHERE status_code = 200").fetchone() == (1,)
     assert db.execute("SELECT count(*) FROM requests").fetchone() == (2,)  # the one in flight too
     assert _processes_with(str(workdir)) == [] or all(
-        Path(f"/proc/{pid}/cwd").resolve() != workdir.resolve() for pid in _processes_with(str(workdir)))
+        Path(f"/proc/{pid}/cwd").resolve() != workdir.resolve() for pid in _processes_with(str(workdir))
+    )
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -224,9 +272,19 @@ def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
     ledger = tmp_path / "ledger.db"
     marker = f"orphan-check-{os.getpid()}-{time.monotonic_ns()}"
     upstream.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
-                                            "description": "start a background job"})]),
-        Reply(text="slow " * 100, chunk_delay=0.5))
+        Reply(
+            tool_calls=[
+                ToolCall(
+                    "bash",
+                    {
+                        "command": f"(sleep 300; echo {marker}) > /dev/null 2>&1 & echo started",
+                        "description": "start a background job",
+                    },
+                )
+            ]
+        ),
+        Reply(text="slow " * 100, chunk_delay=0.5),
+    )
     cli = _cli_run(upstream, workdir, opencode_bin, ledger, "--sandbox", sandbox)
     job = _processes_with(marker)
     assert job, "the agent's background job runs"
@@ -245,8 +303,23 @@ def test_sigkill_of_the_gateway_leaves_no_process_no_token_and_an_abandoned_run(
     while private.exists() and time.monotonic() < killed + 30:
         time.sleep(0.2)
     assert not private.exists(), "the token was left behind"
-    report = subprocess.run([sys.executable, "-m", "opencode_gateway", "report", "--by", "outcome", "--ledger",
-                             str(ledger), "--format", "json"], capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "report",
+            "--by",
+            "outcome",
+            "--ledger",
+            str(ledger),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     groups = {group["key"]: group for group in json.loads(report.stdout)["groups"]}
     assert set(groups) == {"abandoned"} and groups["abandoned"]["requests"] >= 1, report
 
@@ -259,8 +332,9 @@ def test_a_period_budget_refuses_the_second_run_of_the_day_for_the_same_ticket(
     first = run("Hi", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-5"}, settings=capped, **MODEL)
     assert first.ok and first.cost == pytest.approx(0.0012)
     upstream.script(Reply(text="second", usage=usage(10, 5, cost=0.0001)))
-    second = run("Hi again", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-5"}, settings=capped,
-                 **MODEL)
+    second = run(
+        "Hi again", api_base=upstream.url, workdir=workdir, metadata={"ticket": "ENG-5"}, settings=capped, **MODEL
+    )
     assert second.stop_reason == "budget_exceeded" and isinstance(second.error, BudgetExceeded)
     assert "day budget of ticket=ENG-5 exceeded since" in str(second.error)
     assert "max_cost is $0.001 and ticket=ENG-5 cost $0.001200" in str(second.error)
@@ -280,11 +354,33 @@ def test_ctrl_c_on_a_batch_says_interrupted_without_a_traceback(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "prompt": "go"}) + "\n" for i in range(4)))
     cli = subprocess.Popen(
-        [sys.executable, "-c", _SIGNALS_AS_IN_A_TERMINAL, sys.executable, "-m", "opencode_gateway", "batch", str(tasks),
-         "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x", "--concurrency", "2",
-         "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")})
+        [
+            sys.executable,
+            "-c",
+            _SIGNALS_AS_IN_A_TERMINAL,
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "batch",
+            str(tasks),
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            "sk-x",
+            "--concurrency",
+            "2",
+            "--opencode-bin",
+            opencode_bin,
+            "--ledger",
+            str(tmp_path / "ledger.db"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")},
+    )
     deadline = time.monotonic() + 60
     while len(upstream.requests) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -49,8 +49,14 @@ def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
     before its next turn, and the compaction goes to gpt-4.1 (1M tokens), not to the run's model."""
     answer = Session(dataclasses.replace(LIST, usage=usage(120_000, 20)), DONE)
     monkeypatch.setattr(upstream, "fallback", answer)
-    result = run("List the files, then say done", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x",
-                 workdir=workdir, settings=settings.replace(routes={"compaction": "openai/gpt-4.1"}))
+    result = run(
+        "List the files, then say done",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        settings=settings.replace(routes={"compaction": "openai/gpt-4.1"}),
+    )
     assert result.stop_reason == "done", result.error
     assert "compaction" in answer.seen, answer.seen
     by_purpose = {r.purpose: r for r in result.requests}
@@ -65,14 +71,26 @@ def test_a_provider_that_refuses_an_overflowing_prompt_is_compacted_after_and_th
 ) -> None:
     """A model whose window nobody told OpenCode: the provider's 400 context_length_exceeded makes
     OpenCode compact and go on (it exits 1 all the same; the run ended as an error before)."""
-    answer = Session(LIST, Reply(status=400, error="This model's maximum context length is 1000 tokens. However, "
-                                                   "your messages resulted in 5000 tokens. context_length_exceeded"),
-                     DONE)
+    answer = Session(
+        LIST,
+        Reply(
+            status=400,
+            error="This model's maximum context length is 1000 tokens. However, "
+            "your messages resulted in 5000 tokens. context_length_exceeded",
+        ),
+        DONE,
+    )
 
     monkeypatch.setattr(upstream, "fallback", answer)
     prices = {"openai/in-house-model": {"input_cost_per_million": 1.0, "output_cost_per_million": 2.0}}
-    result = run("List the files, then say done", model="openai/in-house-model", api_base=upstream.url,
-                 api_key="sk-x", workdir=workdir, settings=settings.replace(pricing=prices))
+    result = run(
+        "List the files, then say done",
+        model="openai/in-house-model",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        settings=settings.replace(pricing=prices),
+    )
     assert answer.seen == ["turn", "turn", "compaction", "turn"]
     assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
     assert any("OpenCode compacted it" in warning for warning in result.warnings)

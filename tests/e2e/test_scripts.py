@@ -53,7 +53,7 @@ def _postgres_of(script: int) -> set[int]:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        url = next((entry[len(b"DATABASE_URL="):] for entry in environ if entry.startswith(b"DATABASE_URL=")), None)
+        url = next((entry[len(b"DATABASE_URL=") :] for entry in environ if entry.startswith(b"DATABASE_URL=")), None)
         if url is not None:
             port = url.rsplit(b":", 1)[1].split(b"/")[0]
             mains = _pids(b"postgres") & _pids(b"-p\0" + port + b"\0")
@@ -69,10 +69,12 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream: ScriptedUpstream,
-                                                                       signum: int) -> None:
-    script = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "litellm_proxy.py"), "--upstream",
-                               upstream.url + "/v1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def test_the_proxy_script_stops_the_proxy_and_its_postgres_on_a_signal(upstream: ScriptedUpstream, signum: int) -> None:
+    script = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "support" / "litellm_proxy.py"), "--upstream", upstream.url + "/v1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert script.stdout is not None
         ready, _, _ = select.select([script.stdout], [], [], 240)

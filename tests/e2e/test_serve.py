@@ -8,10 +8,8 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,49 +18,13 @@ import pytest
 
 from opencode_gateway import _litellm
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.support.serving import CLI, launch, sessions
 
 pytestmark = pytest.mark.e2e
-CLI = [sys.executable, "-m", "opencode_gateway"]
-
-
-@pytest.fixture
-def gateway_home(tmp_path: Path) -> Path:
-    return tmp_path / "gateway-home"
-
-
-@pytest.fixture
-def env(gateway_home: Path, opencode_bin: str) -> dict[str, str]:
-    return {**os.environ, "OPENCODE_GATEWAY_HOME": str(gateway_home), "OPENCODE_BIN": opencode_bin}
-
-
-@pytest.fixture
-def server(upstream: ScriptedUpstream, gateway_home: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen([*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
-                               env=env, stderr=subprocess.PIPE, text=True)
-    state = gateway_home / "serve" / "server.json"
-    deadline = time.monotonic() + 30
-    while not state.exists():
-        assert process.poll() is None, process.communicate()[1]
-        assert time.monotonic() < deadline, "serve did not start within 30 s"
-        time.sleep(0.1)
-    yield process
-    if process.poll() is None:
-        process.kill()
-        process.wait(10)
-
-
-def launch(env: dict[str, str], workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", *args], env=env, cwd=workdir,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
-
-
-def sessions(stdout: str) -> set[str]:
-    return {json.loads(line)["sessionID"] for line in stdout.splitlines() if line.startswith("{")}
 
 
 def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,
-    workdir: Path
+    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path, workdir: Path
 ) -> None:
     upstream.script(
         Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "x"})], usage=usage(1000, 40)),
@@ -70,8 +32,21 @@ def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
         Reply(text="Second done.", usage=usage(800, 5)),
     )
     first = launch(env, workdir, "--metadata", "ticket=ENG-1", "--", "run", "--format", "json", "--title", "a", "first")
-    second = launch(env, workdir, "--metadata", "ticket=ENG-2", "--tag", "pairing", "--", "run", "--format", "json",
-                    "--title", "b", "second")
+    second = launch(
+        env,
+        workdir,
+        "--metadata",
+        "ticket=ENG-2",
+        "--tag",
+        "pairing",
+        "--",
+        "run",
+        "--format",
+        "json",
+        "--title",
+        "b",
+        "second",
+    )
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     [session_a], [session_b] = sessions(first.stdout), sessions(second.stdout)
     assert session_a != session_b
@@ -91,9 +66,13 @@ def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
     assert not (gateway_home / "serve" / "server.json").exists()
     prices = _litellm.load().model_cost["gpt-4o-mini"]
     ledger = sqlite3.connect(gateway_home / "ledger.db")
-    runs = {row[0]: row[1:] for row in ledger.execute(
-        "SELECT session_id, requests, input_tokens, output_tokens, cost, stop_reason, metadata, tags, workdir "
-        "FROM runs")}
+    runs = {
+        row[0]: row[1:]
+        for row in ledger.execute(
+            "SELECT session_id, requests, input_tokens, output_tokens, cost, stop_reason, metadata, tags, workdir "
+            "FROM runs"
+        )
+    }
     assert set(runs) == {session_a, session_b}
     assert runs[session_a][:3] == (2, 2300, 52) and runs[session_b][:3] == (1, 800, 5)
     for session, (input_tokens, output_tokens) in ((session_a, (2300, 52)), (session_b, (800, 5))):
@@ -103,18 +82,26 @@ def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
     assert json.loads(runs[session_a][5]) == {"ticket": "ENG-1"}
     assert "pairing" in json.loads(runs[session_b][6])
 
-    report = subprocess.run([*CLI, "report", "--by", "session", "--format", "json"], env=env, capture_output=True,
-                            text=True, timeout=60)
+    report = subprocess.run(
+        [*CLI, "report", "--by", "session", "--format", "json"], env=env, capture_output=True, text=True, timeout=60
+    )
     groups = {g["key"]: g for g in json.loads(report.stdout)["groups"]}
     assert groups[session_a]["requests"] == 2 and groups[session_b]["requests"] == 1
 
 
-def test_env_prints_exports_without_secrets(server: subprocess.Popen[str], env: dict[str, str],
-                                            gateway_home: Path, workdir: Path) -> None:
+def test_env_prints_exports_without_secrets(
+    server: subprocess.Popen[str], env: dict[str, str], gateway_home: Path, workdir: Path
+) -> None:
     shared = workdir.parent / "shared.yaml"  # the settings file `serve` might use too, key included
     shared.write_text("model: openai/gpt-4o-mini\napi_key: sk-provider\nmetadata: {ticket: ENG-7}\n")
-    result = subprocess.run([*CLI, "env", "--config", str(shared)], cwd=workdir,
-                            env={**env, "OPENAI_API_KEY": "sk-env-secret"}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "env", "--config", str(shared)],
+        cwd=workdir,
+        env={**env, "OPENAI_API_KEY": "sk-env-secret"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     url = json.loads((gateway_home / "serve" / "server.json").read_text())["url"]
     assert "unset OPENAI_API_KEY" in result.stdout.splitlines()
@@ -148,11 +135,19 @@ def test_serve_exits_at_once_on_sigterm_after_litellm_served(
     is what load stretches, so that is what is bounded; the wall time is checked generously."""
     state = json.loads((gateway_home / "serve" / "server.json").read_text())
     admin = Path(state["token_file"]).read_text().strip()
-    token = httpx.post(state["url"] + "/launches", json={"metadata": {"ticket": "ENG-9"}, "model": "openai/gpt-4o-mini"},
-                       headers={"authorization": f"Bearer {admin}"}, timeout=30).json()["token"]
+    token = httpx.post(
+        state["url"] + "/launches",
+        json={"metadata": {"ticket": "ENG-9"}, "model": "openai/gpt-4o-mini"},
+        headers={"authorization": f"Bearer {admin}"},
+        timeout=30,
+    ).json()["token"]
     upstream.script(Reply(text="hi", usage=usage(10, 2)))
-    reply = httpx.post(state["url"] + "/v1/chat/completions", timeout=120, headers={"authorization": f"Bearer {token}"},
-                       json={"model": "openai/gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    reply = httpx.post(
+        state["url"] + "/v1/chat/completions",
+        timeout=120,
+        headers={"authorization": f"Bearer {token}"},
+        json={"model": "openai/gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    )
     assert reply.status_code == 200 and "hi" in reply.text
     cpu_before = _cpu_s(server.pid)
     signalled = time.monotonic()
@@ -162,14 +157,19 @@ def test_serve_exits_at_once_on_sigterm_after_litellm_served(
     assert os.waitstatus_to_exitcode(status) == 0
     assert usage_at_exit.ru_utime + usage_at_exit.ru_stime - cpu_before < 0.25  # ~0.03 s; ~0.8 s with the teardown
     assert exited - signalled < 5
-    [(requests, stop_reason)] = sqlite3.connect(gateway_home / "ledger.db").execute(
-        "SELECT requests, stop_reason FROM runs").fetchall()
+    [(requests, stop_reason)] = (
+        sqlite3.connect(gateway_home / "ledger.db").execute("SELECT requests, stop_reason FROM runs").fetchall()
+    )
     assert (requests, stop_reason) == (1, "done")  # closed before the exit, not lost by it
 
 
 def test_a_title_call_goes_to_the_small_model_and_is_recorded_with_its_purpose_and_price(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,
-    workdir: Path, monkeypatch: pytest.MonkeyPatch
+    server: subprocess.Popen[str],
+    upstream: ScriptedUpstream,
+    env: dict[str, str],
+    gateway_home: Path,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     titled = threading.Event()
 
@@ -182,21 +182,45 @@ def test_a_title_call_goes_to_the_small_model_and_is_recorded_with_its_purpose_a
         return Reply(text="Hello " * 10, usage=usage(1000, 20), hang=60, until=titled.is_set)
 
     monkeypatch.setattr(upstream, "fallback", answer)
-    launched = subprocess.run([*CLI, "opencode", "-m", "openai/gpt-4o-mini", "--small-model", "openai/gpt-4.1-nano",
-                               "--", "run", "--format", "json", "say hello"], env=env, cwd=workdir,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    launched = subprocess.run(
+        [
+            *CLI,
+            "opencode",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--small-model",
+            "openai/gpt-4.1-nano",
+            "--",
+            "run",
+            "--format",
+            "json",
+            "say hello",
+        ],
+        env=env,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert launched.returncode == 0, launched.stderr
     by_model = {r["body"]["model"]: r for r in upstream.requests}
     assert set(by_model) == {"gpt-4o-mini", "gpt-4.1-nano"}  # the title went to the small model
     server.send_signal(signal.SIGTERM)
     assert server.wait(30) == 0
-    rows = sqlite3.connect(gateway_home / "ledger.db").execute(
-        "SELECT model, purpose, input_tokens, cost FROM requests ORDER BY purpose").fetchall()
+    rows = (
+        sqlite3.connect(gateway_home / "ledger.db")
+        .execute("SELECT model, purpose, input_tokens, cost FROM requests ORDER BY purpose")
+        .fetchall()
+    )
     prices = _litellm.load().model_cost
-    assert [(m, p, t) for m, p, t, _ in rows] == [("openai/gpt-4o-mini", "main", 1000),
-                                                  ("openai/gpt-4.1-nano", "title", 300)]
+    assert [(m, p, t) for m, p, t, _ in rows] == [
+        ("openai/gpt-4o-mini", "main", 1000),
+        ("openai/gpt-4.1-nano", "title", 300),
+    ]
     nano = prices["gpt-4.1-nano"]
     assert rows[1][3] == pytest.approx(300 * nano["input_cost_per_token"] + 4 * nano["output_cost_per_token"], rel=1e-9)
-    report = subprocess.run([*CLI, "report", "--by", "purpose", "--format", "json"], env=env, capture_output=True,
-                            text=True, timeout=60)
+    report = subprocess.run(
+        [*CLI, "report", "--by", "purpose", "--format", "json"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert {g["key"]: g["requests"] for g in json.loads(report.stdout)["groups"]} == {"main": 1, "title": 1}

@@ -44,8 +44,9 @@ async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClien
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     tagging = Tagging(("team-a",), {"ticket": "ENG-412"})
     account = RunAccount(on_record=records.append)
-    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, tagging, account)),
-                        secrets=(VIRTUAL_KEY, TOKEN))
+    endpoint = Endpoint(
+        router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, tagging, account)), secrets=(VIRTUAL_KEY, TOKEN)
+    )
     transport = httpx.ASGITransport(app=create_app(endpoint))
     async with httpx.AsyncClient(transport=transport, base_url="http://endpoint") as c:
         yield c
@@ -53,22 +54,37 @@ async def client(records: list[RequestRecord]) -> AsyncIterator[httpx.AsyncClien
 
 
 def chat(**extra: object) -> dict:
-    return {"model": "whatever-opencode-says", "stream": True,
-            "messages": [{"role": "user", "content": "hi"}], **extra}
+    return {"model": "whatever-opencode-says", "stream": True, "messages": [{"role": "user", "content": "hi"}], **extra}
 
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 async def test_request_is_tagged_pinned_and_stripped(
-        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
+) -> None:
     route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        200, content=sse_body(), headers={"content-type": "text/event-stream"})
-    spoofed = {**AUTH, "x-litellm-tags": "free-lunch", "x-litellm-spend-logs-metadata": '{"ticket":"OTHER"}',
-               "x-api-key": "stolen", "x-session-id": "ses_abc", "user-agent": "opencode/1.18.33"}
-    body = chat(metadata={"ticket": "OTHER"}, tags=["free"], user="mallory", litellm_budget="x",
-                mock_response="free", stream_options={"include_usage": False, "evil": 1},
-                fallbacks=[{"model": "other-group"}], input_cost_per_token=-1, api_base="http://127.0.0.1:1")
+        200, content=sse_body(), headers={"content-type": "text/event-stream"}
+    )
+    spoofed = {
+        **AUTH,
+        "x-litellm-tags": "free-lunch",
+        "x-litellm-spend-logs-metadata": '{"ticket":"OTHER"}',
+        "x-api-key": "stolen",
+        "x-session-id": "ses_abc",
+        "user-agent": "opencode/1.18.33",
+    }
+    body = chat(
+        metadata={"ticket": "OTHER"},
+        tags=["free"],
+        user="mallory",
+        litellm_budget="x",
+        mock_response="free",
+        stream_options={"include_usage": False, "evil": 1},
+        fallbacks=[{"model": "other-group"}],
+        input_cost_per_token=-1,
+        api_base="http://127.0.0.1:1",
+    )
     response = await client.post("/v1/chat/completions", json=body, headers=spoofed)
     assert response.status_code == 200
     sent = route.calls.last.request
@@ -87,9 +103,11 @@ async def test_request_is_tagged_pinned_and_stripped(
 
 
 async def test_stream_is_relayed_unchanged_and_its_usage_recorded(
-        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
+) -> None:
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        200, content=sse_body(), headers={"content-type": "text/event-stream"})
+        200, content=sse_body(), headers={"content-type": "text/event-stream"}
+    )
     response = await client.post("/chat/completions", json=chat(), headers=AUTH)
     assert response.content == sse_body()
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -101,18 +119,23 @@ async def test_stream_is_relayed_unchanged_and_its_usage_recorded(
 
 
 async def test_a_stream_without_usage_is_recorded_as_missing(
-        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
+) -> None:
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        200, content=sse_body(usage=None), headers={"content-type": "text/event-stream"})
+        200, content=sse_body(usage=None), headers={"content-type": "text/event-stream"}
+    )
     await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     [record] = records
     assert record.usage is None and record.cost.usd is None and record.cost.source == "unpriced"
 
 
 async def test_non_streamed_response_usage_and_header_cost(
-        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
+) -> None:
     body = {"id": "c", "model": "gpt-4o-mini", "choices": [], "usage": USAGE}
-    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json=body, headers={"x-litellm-response-cost": "0.0123"})
+    gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
+        200, json=body, headers={"x-litellm-response-cost": "0.0123"}
+    )
     response = await client.post("/v1/chat/completions", json=chat(stream=False), headers=AUTH)
     assert response.json() == body
     [record] = records
@@ -124,7 +147,8 @@ async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scru
 ) -> None:
     message = f"key {VIRTUAL_KEY} may not use model coder"
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        403, json={"error": {"message": message, "type": "key_model_access_denied", "code": "403"}})
+        403, json={"error": {"message": message, "type": "key_model_access_denied", "code": "403"}}
+    )
     response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 403
     error = response.json()["error"]
@@ -135,7 +159,8 @@ async def test_upstream_error_keeps_its_status_in_openai_shape_with_secrets_scru
 
 
 async def test_unreachable_gateway_is_a_502_naming_the_url(
-        gateway: respx.MockRouter, client: httpx.AsyncClient, records: list) -> None:
+    gateway: respx.MockRouter, client: httpx.AsyncClient, records: list
+) -> None:
     gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=httpx.ConnectError("refused"))
     response = await client.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 502
@@ -144,8 +169,10 @@ async def test_unreachable_gateway_is_a_502_naming_the_url(
 
 @pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}])
 async def test_wrong_or_missing_token_is_401(client: httpx.AsyncClient, headers: dict) -> None:
-    for request in (client.post("/v1/chat/completions", json=chat(), headers=headers),
-                    client.get("/v1/models", headers=headers)):
+    for request in (
+        client.post("/v1/chat/completions", json=chat(), headers=headers),
+        client.get("/v1/models", headers=headers),
+    ):
         response = await request
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
@@ -185,7 +212,8 @@ def test_metadata_keys_become_tags_and_the_run_groups_its_rows() -> None:
 
 async def test_a_budget_error_is_not_retried(gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
     route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}})
+        429, json={"error": {"message": "Budget has been exceeded for tag", "type": "budget_exceeded"}}
+    )
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
     endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), account)))
@@ -196,10 +224,12 @@ async def test_a_budget_error_is_not_retried(gateway: respx.MockRouter, records:
 
 
 async def test_a_429_is_retried_honouring_retry_after(gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
-    route = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(side_effect=[
-        httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
-        httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
-    ])
+    route = gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
+        side_effect=[
+            httpx.Response(429, json={"error": {"message": "slow down"}}, headers={"retry-after": "0.2"}),
+            httpx.Response(200, content=sse_body(), headers={"content-type": "text/event-stream"}),
+        ]
+    )
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
     account = RunAccount(on_record=records.append)
     endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), account)))
@@ -213,10 +243,12 @@ async def test_a_429_is_retried_honouring_retry_after(gateway: respx.MockRouter,
 
 
 async def test_no_request_is_forwarded_before_the_gateway_check_passed(
-        gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    gateway: respx.MockRouter, records: list[RequestRecord]
+) -> None:
     """A run checks its gateway while OpenCode starts: OpenCode's first request waits for the check."""
     route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(
-        200, content=sse_body(), headers={"content-type": "text/event-stream"})
+        200, content=sse_body(), headers={"content-type": "text/event-stream"}
+    )
     passed = asyncio.Event()
 
     class Checking(NoHooks):
@@ -225,8 +257,12 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
             return None
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append))), hooks=Checking())
+    endpoint = Endpoint(
+        router=RunRouter(
+            TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), RunAccount(on_record=records.append))
+        ),
+        hooks=Checking(),
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         request = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat(), headers=AUTH))
         await asyncio.sleep(0.2)
@@ -237,14 +273,19 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
 
 
 async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
-        gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    gateway: respx.MockRouter, records: list[RequestRecord]
+) -> None:
     class Refusing(NoHooks):
         async def checked(self) -> str | None:
             return "the key may not use model group 'coder'"
 
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append))), hooks=Refusing())
+    endpoint = Endpoint(
+        router=RunRouter(
+            TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), RunAccount(on_record=records.append))
+        ),
+        hooks=Refusing(),
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     assert response.status_code == 403 and "may not use model group" in response.json()["error"]["message"]
@@ -254,8 +295,11 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
 async def _once(records: list[RequestRecord]) -> httpx.Response:
     """One request through an endpoint on the mocked gateway."""
     upstream = ProxyUpstream(GATEWAY, "coder", VIRTUAL_KEY, caching="off")
-    endpoint = Endpoint(router=RunRouter(TOKEN, Target("litellm_proxy/coder", upstream, Tagging(),
-                                                   RunAccount(on_record=records.append))))
+    endpoint = Endpoint(
+        router=RunRouter(
+            TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), RunAccount(on_record=records.append))
+        )
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
     await upstream.aclose()
@@ -264,16 +308,21 @@ async def _once(records: list[RequestRecord]) -> httpx.Response:
 
 @pytest.mark.parametrize("status", [400, 404, 422, 501, 505])
 async def test_a_failure_another_attempt_would_meet_again_is_not_retried(
-        gateway: respx.MockRouter, records: list[RequestRecord], status: int) -> None:
+    gateway: respx.MockRouter, records: list[RequestRecord], status: int
+) -> None:
     route = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(status, json={"error": {"message": "no"}})
     response = await _once(records)
     assert response.status_code == status and route.call_count == 1 and records[0].attempts == 1
 
 
 async def test_a_web_servers_html_page_is_named_in_one_line_not_shown_as_markup(
-        gateway: respx.MockRouter, records: list[RequestRecord]) -> None:
+    gateway: respx.MockRouter, records: list[RequestRecord]
+) -> None:
     page = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body><h1>Not Found</h1></body></html>"
     gateway.post(f"{GATEWAY}/v1/chat/completions").respond(404, text=page, headers={"content-type": "text/html"})
     message = (await _once(records)).json()["error"]["message"]
-    assert message == ("an HTML page ('404 Not Found'), not an API's answer: is the API base URL right (it usually "
-                       "ends in /v1)?") and records[0].error == message
+    assert (
+        message
+        == ("an HTML page ('404 Not Found'), not an API's answer: is the API base URL right (it usually ends in /v1)?")
+        and records[0].error == message
+    )

@@ -16,20 +16,39 @@ from opencode_gateway.settings import Settings
 from opencode_gateway.wiring import upstream_for
 
 GATEWAY = "http://gateway.test"
-OPENCODE_BODY = {"model": "m", "stream": True, "messages": [
-    {"role": "system", "content": "You are OpenCode..."}, {"role": "user", "content": "Fix the test"},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
-                                                        "function": {"name": "bash", "arguments": "{}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}]}
+OPENCODE_BODY = {
+    "model": "m",
+    "stream": True,
+    "messages": [
+        {"role": "system", "content": "You are OpenCode..."},
+        {"role": "user", "content": "Fix the test"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "1 failed"},
+    ],
+}
 
 
-@pytest.mark.parametrize(("model", "style"), [
-    ("anthropic/claude-sonnet-4-5", "markers"), ("claude-3-5-haiku-latest", "markers"),
-    ("bedrock/us.anthropic.claude-sonnet-4-5-v1:0", "markers"), ("vertex_ai/claude-opus-4", "markers"),
-    ("openrouter/anthropic/claude-sonnet-4.5", "markers"), ("openai/gpt-4o-mini", "cache_key"),
-    ("gpt-4.1", "cache_key"), ("azure/my-deployment", "cache_key"), ("gemini/gemini-2.5-pro", None),
-    ("deepseek/deepseek-chat", None), ("openrouter/openai/gpt-4o", None), ("bedrock/amazon.nova-pro-v1:0", None),
-])
+@pytest.mark.parametrize(
+    ("model", "style"),
+    [
+        ("anthropic/claude-sonnet-4-5", "markers"),
+        ("claude-3-5-haiku-latest", "markers"),
+        ("bedrock/us.anthropic.claude-sonnet-4-5-v1:0", "markers"),
+        ("vertex_ai/claude-opus-4", "markers"),
+        ("openrouter/anthropic/claude-sonnet-4.5", "markers"),
+        ("openai/gpt-4o-mini", "cache_key"),
+        ("gpt-4.1", "cache_key"),
+        ("azure/my-deployment", "cache_key"),
+        ("gemini/gemini-2.5-pro", None),
+        ("deepseek/deepseek-chat", None),
+        ("openrouter/openai/gpt-4o", None),
+        ("bedrock/amazon.nova-pro-v1:0", None),
+    ],
+)
 def test_the_backend_is_known_from_the_litellm_model_string(model: str, style: str | None) -> None:
     assert cache_style(model) == style
 
@@ -41,27 +60,41 @@ def test_a_claude_prompt_is_marked_where_opencode_marks_it_unless_it_is_marked_a
     assert "cache_control" in assistant["tool_calls"][-1] and "cache_control" not in assistant  # its last part
     assert "cache_control" in tool
     assert "cache_control" not in json.dumps(OPENCODE_BODY)  # a copy: the body given is left as it was
-    by_opencode = {**OPENCODE_BODY, "messages": [{**OPENCODE_BODY["messages"][0], "cache_control": {"type": "ephemeral"}},  # type: ignore[index, dict-item]
-                                                 *OPENCODE_BODY["messages"][1:]]}  # type: ignore[index]
+    by_opencode = {
+        **OPENCODE_BODY,
+        "messages": [
+            {**OPENCODE_BODY["messages"][0], "cache_control": {"type": "ephemeral"}},  # type: ignore[index, dict-item]
+            *OPENCODE_BODY["messages"][1:],
+        ],
+    }  # type: ignore[index]
     assert prepared(by_opencode, "markers", "run_1") == by_opencode
     assert prepared(OPENCODE_BODY, "cache_key", "run_1")["prompt_cache_key"] == "run_1"
     assert prepared(OPENCODE_BODY, None, "run_1") == OPENCODE_BODY
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("backend", "added", "absent"), [
-    ("anthropic/claude-sonnet-4-5", "cache_control", "prompt_cache_key"),
-    ("openai/gpt-4o", "prompt_cache_key", "cache_control"),
-    ("gemini/gemini-2.5-pro", None, "cache_control"),
-])
+@pytest.mark.parametrize(
+    ("backend", "added", "absent"),
+    [
+        ("anthropic/claude-sonnet-4-5", "cache_control", "prompt_cache_key"),
+        ("openai/gpt-4o", "prompt_cache_key", "cache_control"),
+        ("gemini/gemini-2.5-pro", None, "cache_control"),
+    ],
+)
 @respx.mock(using="httpx")
 async def test_a_gateway_groups_backend_is_learned_from_the_gateway_once(
     respx_mock: respx.MockRouter, backend: str, added: str | None, absent: str
 ) -> None:
     gateway = respx_mock
-    info = gateway.get(f"{GATEWAY}/v1/model/info").respond(200, json={"data": [
-        {"model_name": "team-coder", "litellm_params": {"model": backend}},
-        {"model_name": "other", "litellm_params": {"model": "openai/gpt-4o"}}]})
+    info = gateway.get(f"{GATEWAY}/v1/model/info").respond(
+        200,
+        json={
+            "data": [
+                {"model_name": "team-coder", "litellm_params": {"model": backend}},
+                {"model_name": "other", "litellm_params": {"model": "openai/gpt-4o"}},
+            ]
+        },
+    )
     chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
     upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual")
     replies = await asyncio.gather(*(upstream.send(OPENCODE_BODY, {}, Tagging(session_id="run_1")) for _ in range(2)))
@@ -79,8 +112,9 @@ async def test_the_setting_forces_markers_or_nothing(respx_mock: respx.MockRoute
     """Whatever the gateway says the group's backend is (here a Claude): the group's deployments
     are still learned, for what caching saved."""
     gateway = respx_mock
-    gateway.get(f"{GATEWAY}/v1/model/info").respond(200, json={"data": [
-        {"model_name": "team-coder", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}]})
+    gateway.get(f"{GATEWAY}/v1/model/info").respond(
+        200, json={"data": [{"model_name": "team-coder", "litellm_params": {"model": "anthropic/claude-sonnet-4-5"}}]}
+    )
     chat = gateway.post(f"{GATEWAY}/v1/chat/completions").respond(200, json={"choices": []})
     for setting, expected in (("markers", True), ("off", False)):
         upstream = ProxyUpstream(GATEWAY, "team-coder", "sk-virtual", caching=setting)

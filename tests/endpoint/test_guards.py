@@ -31,13 +31,16 @@ TOKEN = "t"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
-def endpoint(upstream_url: str = "http://gateway.test", records: list[RequestRecord] | None = None,
-             **extra: Any) -> Endpoint:
+def endpoint(
+    upstream_url: str = "http://gateway.test", records: list[RequestRecord] | None = None, **extra: Any
+) -> Endpoint:
     sink = records if records is not None else []
     account = RunAccount(extra.pop("budget", None), on_record=sink.append)
     for earlier in extra.pop("earlier", ()):
         account.add(earlier)
-    target = Target("litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk", caching="off"), Tagging(), account)
+    target = Target(
+        "litellm_proxy/coder", ProxyUpstream(upstream_url, "coder", "sk", caching="off"), Tagging(), account
+    )
     return Endpoint(router=RunRouter(TOKEN, target), **extra)
 
 
@@ -65,10 +68,16 @@ async def test_a_refused_call_is_recorded_and_never_sent() -> None:
     app = create_app(endpoint(records=sink, budget=Budget(max_requests=1), earlier=[record((10, 5), 0.001)]))
     response = await post(app, json={"messages": [], "stream": True})
     assert response.status_code == 400  # a status OpenCode does not retry (it retries a 429 for a minute)
-    assert response.json()["error"] == {"message": "run budget exceeded: max_requests is 1 and 1 requests were made",
-                                        "type": "budget_exceeded", "param": None, "code": "400"}
-    assert [(r.status_code, r.cost.source, r.cost.usd) for r in sink] == [(200, "litellm", 0.001),
-                                                                          (400, "refused", 0.0)]
+    assert response.json()["error"] == {
+        "message": "run budget exceeded: max_requests is 1 and 1 requests were made",
+        "type": "budget_exceeded",
+        "param": None,
+        "code": "400",
+    }
+    assert [(r.status_code, r.cost.source, r.cost.usd) for r in sink] == [
+        (200, "litellm", 0.001),
+        (400, "refused", 0.0),
+    ]
 
 
 def test_the_endpoint_binds_only_to_loopback_unless_asked() -> None:
@@ -82,11 +91,30 @@ def record(tokens: tuple[int, int], cost: float | None, source: str = "litellm")
 
 
 MANAGED = ("provider", "model", "small_model", "enabled_providers", "permission")
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=3), max_leaves=10)
-keys = st.sampled_from(["provider", "model", "small_model", "enabled_providers", "disabled_providers", "permission",
-                        "tools", "plugin", "agent", "mode", "share", "autoupdate", "instructions", "theme", "mcp"])
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+keys = st.sampled_from(
+    [
+        "provider",
+        "model",
+        "small_model",
+        "enabled_providers",
+        "disabled_providers",
+        "permission",
+        "tools",
+        "plugin",
+        "agent",
+        "mode",
+        "share",
+        "autoupdate",
+        "instructions",
+        "theme",
+        "mcp",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -94,8 +122,9 @@ keys = st.sampled_from(["provider", "model", "small_model", "enabled_providers",
 def test_no_user_config_overrides_a_managed_key(user_config: dict[str, Any]) -> None:
     ours = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}")
     try:
-        merged = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}",
-                              user_config=user_config)
+        merged = build_config(
+            model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", user_config=user_config
+        )
     except ConfigConflict:
         return
     for key in (*MANAGED, "autoupdate", "share"):
@@ -110,17 +139,23 @@ async def test_64_concurrent_streams_are_each_recorded_exactly(upstream: Scripte
     records: list[RequestRecord] = []
     under_load = endpoint(upstream.url, records)
     async with EndpointServer(create_app(under_load)) as server, httpx.AsyncClient(timeout=60) as client:
+
         async def one(i: int) -> int:
-            response = await client.post(f"{server.url}/v1/chat/completions", headers=AUTH, json={
-                "model": "x", "stream": True, "messages": [{"role": "user", "content": str(i)}]})
+            response = await client.post(
+                f"{server.url}/v1/chat/completions",
+                headers=AUTH,
+                json={"model": "x", "stream": True, "messages": [{"role": "user", "content": str(i)}]},
+            )
             return response.status_code
+
         statuses = await asyncio.gather(*(one(i) for i in range(64)))
         assert isinstance(under_load.router, RunRouter)
         await under_load.router.target.upstream.aclose()
     assert statuses == [200] * 64
     assert len(records) == 64 and all(r.ok for r in records)
     assert sorted((r.usage.input_tokens, r.usage.output_tokens) for r in records if r.usage) == [
-        (1000 + i, 10 + i) for i in range(64)]
+        (1000 + i, 10 + i) for i in range(64)
+    ]
 
 
 async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price(
@@ -133,12 +168,23 @@ async def test_a_request_cannot_send_our_provider_key_elsewhere_or_set_its_price
 
     upstream.script(Reply(text="priced as usual", usage=usage(1000, 50)))
     records: list[RequestRecord] = []
-    target = Target("openai/gpt-4o-mini", SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-ours"), Tagging(),
-                    RunAccount(on_record=records.append))
+    target = Target(
+        "openai/gpt-4o-mini",
+        SdkUpstream("openai/gpt-4o-mini", upstream.url, "sk-ours"),
+        Tagging(),
+        RunAccount(on_record=records.append),
+    )
     app = create_app(Endpoint(router=RunRouter(TOKEN, target), pricer=Pricer()))
-    attack = {"model": "x", "stream": True, "messages": [{"role": "user", "content": "hi"}], "timeout": 0.001,
-              "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": hostile_upstream.url, "api_key": "sk-ours"}],
-              "input_cost_per_token": -0.001, "output_cost_per_token": -0.001, "api_base": hostile_upstream.url}
+    attack = {
+        "model": "x",
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+        "timeout": 0.001,
+        "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": hostile_upstream.url, "api_key": "sk-ours"}],
+        "input_cost_per_token": -0.001,
+        "output_cost_per_token": -0.001,
+        "api_base": hostile_upstream.url,
+    }
     async with EndpointServer(app) as server, httpx.AsyncClient(timeout=60) as client:
         response = await client.post(f"{server.url}/v1/chat/completions", headers=AUTH, json=attack)
         assert response.status_code == 200 and "usual" in response.text

@@ -27,10 +27,32 @@ def test_only_allowlisted_fields_pass_and_every_other_is_named(extra: dict, kept
 
 
 def test_routing_pricing_and_attribution_fields_never_pass() -> None:
-    attacks = ["fallbacks", "input_cost_per_token", "output_cost_per_token", "api_base", "base_url", "api_key",
-               "api_version", "timeout", "num_retries", "max_retries", "caching", "cache", "user", "metadata",
-               "tags", "safety_identifier", "extra_headers", "extra_body", "mock_response", "custom_llm_provider",
-               "litellm_metadata", "n", "model_list", "router_settings"]
+    attacks = [
+        "fallbacks",
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "api_base",
+        "base_url",
+        "api_key",
+        "api_version",
+        "timeout",
+        "num_retries",
+        "max_retries",
+        "caching",
+        "cache",
+        "user",
+        "metadata",
+        "tags",
+        "safety_identifier",
+        "extra_headers",
+        "extra_body",
+        "mock_response",
+        "custom_llm_provider",
+        "litellm_metadata",
+        "n",
+        "model_list",
+        "router_settings",
+    ]
     cleaned, dropped = clean_body({name: "x" for name in attacks} | {"messages": []})
     assert cleaned == {"messages": []} and set(dropped) == set(attacks)
 
@@ -41,8 +63,15 @@ def test_only_accept_and_user_agent_headers_pass(headers: dict) -> None:
 
 
 def test_credentials_and_litellm_headers_are_dropped() -> None:
-    incoming = {"Authorization": "Bearer t", "x-api-key": "k", "x-litellm-tags": "free", "anthropic-beta": "x",
-                "x-session-id": "ses_1", "User-Agent": "opencode/1.18.33", "accept": "text/event-stream"}
+    incoming = {
+        "Authorization": "Bearer t",
+        "x-api-key": "k",
+        "x-litellm-tags": "free",
+        "anthropic-beta": "x",
+        "x-session-id": "ses_1",
+        "User-Agent": "opencode/1.18.33",
+        "accept": "text/event-stream",
+    }
     assert forwarded_headers(incoming) == {"accept": "text/event-stream"}
 
 

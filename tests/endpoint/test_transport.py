@@ -15,8 +15,12 @@ from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.anyio
 
-BODY = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
-        "messages": [{"role": "user", "content": "hi"}]}
+BODY = {
+    "model": "m",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "messages": [{"role": "user", "content": "hi"}],
+}
 
 
 def client(read: float = 30.0) -> httpx.AsyncClient:
@@ -27,8 +31,12 @@ async def test_a_stream_arrives_whole_with_the_request_as_sent(upstream: Scripte
     upstream.script(*[Reply(text="one two three four", chunk_delay=0.01)] * 3)
     async with client() as http:
         for _ in range(3):  # the connection kept alive between them
-            request = http.build_request("POST", f"{upstream.url}/chat/completions", json=BODY,
-                                         headers={"authorization": "Bearer sk-virtual", "x-litellm-tags": "harness"})
+            request = http.build_request(
+                "POST",
+                f"{upstream.url}/chat/completions",
+                json=BODY,
+                headers={"authorization": "Bearer sk-virtual", "x-litellm-tags": "harness"},
+            )
             response = await http.send(request, stream=True)
             reader = StreamUsageReader()
             async for piece in response.aiter_bytes():
@@ -90,8 +98,15 @@ async def test_a_compressed_body_is_handed_on_decoded(upstream: ScriptedUpstream
     from starlette.routing import Route
 
     payload = b'{"ok": true}'
-    upstream.app.router.routes.insert(0, Route("/gz", lambda request: Response(
-        gzip.compress(payload), headers={"content-encoding": "gzip"}, media_type="application/json")))
+    upstream.app.router.routes.insert(
+        0,
+        Route(
+            "/gz",
+            lambda request: Response(
+                gzip.compress(payload), headers={"content-encoding": "gzip"}, media_type="application/json"
+            ),
+        ),
+    )
     try:
         async with client() as http:
             response = await http.get(f"http://127.0.0.1:{upstream.port}/gz")

@@ -16,8 +16,13 @@ from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, u
 
 pytestmark = pytest.mark.anyio
 
-BODY = {"model": "ignored", "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 32000,
-        "messages": [{"role": "user", "content": "hi"}]}
+BODY = {
+    "model": "ignored",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "max_tokens": 32000,
+    "messages": [{"role": "user", "content": "hi"}],
+}
 
 
 def sdk(upstream: ScriptedUpstream) -> SdkUpstream:
@@ -25,8 +30,13 @@ def sdk(upstream: ScriptedUpstream) -> SdkUpstream:
 
 
 async def test_stream_carries_text_tool_call_deltas_and_usage(upstream: ScriptedUpstream) -> None:
-    upstream.script(Reply(text="Writing it", tool_calls=[ToolCall("write", {"filePath": "/w/a.py", "content": "x"})],
-                          usage=usage(1234, 56)))
+    upstream.script(
+        Reply(
+            text="Writing it",
+            tool_calls=[ToolCall("write", {"filePath": "/w/a.py", "content": "x"})],
+            usage=usage(1234, 56),
+        )
+    )
     reply = await sdk(upstream).send(dict(BODY), {}, Tagging())
     raw = await reply.read()
     reader = StreamUsageReader()
@@ -37,7 +47,9 @@ async def test_stream_carries_text_tool_call_deltas_and_usage(upstream: Scripted
     events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: {")]
     arguments = "".join(
         call["function"].get("arguments") or ""
-        for e in events for choice in e["choices"] for call in (choice["delta"].get("tool_calls") or [])
+        for e in events
+        for choice in e["choices"]
+        for call in (choice["delta"].get("tool_calls") or [])
     )
     assert json.loads(arguments) == {"filePath": "/w/a.py", "content": "x"}
     sent = upstream.requests[0]["body"]
@@ -53,7 +65,9 @@ async def test_litellm_callbacks_see_the_runs_tags_and_metadata(upstream: Script
     seen: list[dict[str, Any]] = []
 
     class Capture(CustomLogger):  # type: ignore[misc]
-        async def async_log_success_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        async def async_log_success_event(
+            self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any
+        ) -> None:
             seen.append(kwargs["standard_logging_object"])
 
     capture = Capture()

@@ -30,8 +30,9 @@ async def test_a_group_the_key_may_not_use_names_alias_and_allowed_groups() -> N
     respx.get(f"{GATEWAY}/key/info").respond(200, json={"info": {"key_alias": "ci-bot", "models": ["team-a"]}})
     with pytest.raises(PreflightError) as info:
         await check_gateway(GATEWAY, "sk-v", "team-b")
-    assert str(info.value) == ("the key 'ci-bot' may not use model group 'team-b' on http://gateway.test; "
-                               "it may use: team-a, team-c")
+    assert str(info.value) == (
+        "the key 'ci-bot' may not use model group 'team-b' on http://gateway.test; it may use: team-a, team-c"
+    )
     assert isinstance(info.value, SettingsError)  # the CLI exits 2
 
 
@@ -77,7 +78,14 @@ async def test_a_non_json_error_body_is_cut_to_one_line() -> None:
 @respx.mock
 async def test_a_key_whose_budget_is_spent_is_a_budget_refusal_not_a_settings_error() -> None:
     respx.get(f"{GATEWAY}/v1/models").respond(
-        422, json={"error": {"message": "Budget has been exceeded! Current cost: 0.002, Max budget: 0.001",
-                             "type": "budget_exceeded", "code": "422"}})
+        422,
+        json={
+            "error": {
+                "message": "Budget has been exceeded! Current cost: 0.002, Max budget: 0.001",
+                "type": "budget_exceeded",
+                "code": "422",
+            }
+        },
+    )
     with pytest.raises(BudgetExceeded, match="refuses the key: Budget has been exceeded"):
         await check_gateway(GATEWAY, "sk-v", "team-a")

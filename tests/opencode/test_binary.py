@@ -40,8 +40,9 @@ def test_supported_versions_are_1_18() -> None:
     assert not supported("1.17.9") and not supported("1.19.0") and not supported("--version") and not supported("")
 
 
-def test_the_lookup_order_is_flag_then_env_then_pinned_then_path(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lookup_order_is_flag_then_env_then_pinned_then_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     on_path = fake(tmp_path / "path" / "opencode", "1.18.1")
     assert find_opencode(None, data) == str(on_path)

@@ -72,8 +72,9 @@ def test_ask_mode_is_refused_before_anything_starts() -> None:
 
 
 def test_user_config_is_merged_under_managed_keys() -> None:
-    config = build_config(**BASE, user_config={"instructions": ["STYLE.md"], "share": "auto",
-                                               "agent": {"build": {"temperature": 0.1}}})
+    config = build_config(
+        **BASE, user_config={"instructions": ["STYLE.md"], "share": "auto", "agent": {"build": {"temperature": 0.1}}}
+    )
     assert config["instructions"] == ["STYLE.md"]
     assert config["agent"] == {"build": {"temperature": 0.1}}
     assert config["share"] == "disabled"
@@ -119,19 +120,32 @@ INHERITED = {
 
 
 def test_environment_is_an_allowlist_of_the_callers(tmp_path: Path) -> None:
-    inherited = {**INHERITED, "DATABASE_URL": "postgres://app:hunter2@db/app", "REDIS_URL": "redis://:pw@r:6379",
-                 "SENTRY_DSN": "https://key@sentry.example/1", "MY_PROVIDER_KEY": "mpk-123", "TERM": "xterm",
-                 "LC_ALL": "C.UTF-8", "TZ": "UTC", "HTTPS_PROXY": "http://proxy:3128", "NODE_OPTIONS": "--require x"}
+    inherited = {
+        **INHERITED,
+        "DATABASE_URL": "postgres://app:hunter2@db/app",
+        "REDIS_URL": "redis://:pw@r:6379",
+        "SENTRY_DSN": "https://key@sentry.example/1",
+        "MY_PROVIDER_KEY": "mpk-123",
+        "TERM": "xterm",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "NODE_OPTIONS": "--require x",
+    }
     env = build_env(inherited, private_dir=tmp_path, data_dir=tmp_path / "data", config={"a": 1})
     kept = {name for name in inherited if name in env and env[name] == inherited[name]}
     assert kept == {"PATH", "LANG", "LC_ALL", "TZ", "TERM"}
-    assert not any(secret in value for value in env.values()
-                   for secret in ("sk-openai", "sk-virtual", "ghp", "hunter2", "mpk-123", "key@sentry"))
+    assert not any(
+        secret in value
+        for value in env.values()
+        for secret in ("sk-openai", "sk-virtual", "ghp", "hunter2", "mpk-123", "key@sentry")
+    )
 
 
 def test_a_variable_passed_on_purpose_reaches_opencode(tmp_path: Path) -> None:
-    env = build_env(INHERITED, private_dir=tmp_path, data_dir=tmp_path / "data", config={"a": 1},
-                    passed={"GITHUB_TOKEN": "ghp"})
+    env = build_env(
+        INHERITED, private_dir=tmp_path, data_dir=tmp_path / "data", config={"a": 1}, passed={"GITHUB_TOKEN": "ghp"}
+    )
     assert env["GITHUB_TOKEN"] == "ghp"
     assert "OPENAI_API_KEY" not in env
 
@@ -140,8 +154,15 @@ def test_environment_isolates_opencode(tmp_path: Path) -> None:
     env = build_env(INHERITED, private_dir=tmp_path, data_dir=tmp_path / "data", config={"model": "litellm/m"})
     assert json.loads(env["OPENCODE_CONFIG_CONTENT"]) == {"model": "litellm/m"}
     assert env["OPENCODE_DISABLE_PROJECT_CONFIG"] == "1"
-    for switch in ("AUTOUPDATE", "MODELS_FETCH", "LSP_DOWNLOAD", "SHARE", "DEFAULT_PLUGINS", "CLAUDE_CODE",
-                   "EXTERNAL_SKILLS"):
+    for switch in (
+        "AUTOUPDATE",
+        "MODELS_FETCH",
+        "LSP_DOWNLOAD",
+        "SHARE",
+        "DEFAULT_PLUGINS",
+        "CLAUDE_CODE",
+        "EXTERNAL_SKILLS",
+    ):
         assert env[f"OPENCODE_DISABLE_{switch}"] == "1"
     assert env["HOME"] == str(tmp_path / "home")
     assert env["XDG_CONFIG_HOME"] == str(tmp_path / "config")
@@ -177,8 +198,9 @@ def test_without_a_mode_the_agent_keeps_its_own_restrictions_but_never_asks() ->
     assert "*" not in plan["permission"]  # no blanket allow over plan's own denial of edits
     build = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}")
     assert build["permission"]["*"] == "allow"  # build's own: everything
-    explicit = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", agent="plan",
-                            permissions="full")
+    explicit = build_config(
+        model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", agent="plan", permissions="full"
+    )
     assert explicit["permission"]["*"] == "allow"  # given on purpose, it wins
 
 
@@ -194,7 +216,8 @@ def test_an_agent_is_a_built_in_primary_one_or_one_the_settings_define() -> None
 def test_mcp_servers_are_in_the_config_and_their_tools_allowed_in_every_mode() -> None:
     mcp = {"lookup": {"type": "local", "command": ["lookup-server"]}}
     for mode in ("read-only", "edit"):
-        config = build_config(model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", permissions=mode,
-                              mcp=mcp)
+        config = build_config(
+            model="m", base_url="http://127.0.0.1:1/v1", api_key_ref="{file:/t}", permissions=mode, mcp=mcp
+        )
         assert config["mcp"] == mcp and config["permission"]["lookup_*"] == "allow"
         assert config["permission"]["*"] == "deny"  # everything else as the mode says

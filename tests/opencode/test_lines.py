@@ -90,7 +90,14 @@ def test_a_context_overflow_has_no_status() -> None:
 
 def test_tool_names_are_normalized_and_others_kept() -> None:
     assert [normalize_tool(n) for n in ("list", "webfetch", "websearch", "patch", "multiedit", "task", "mcp_x")] == [
-        "ls", "web_search", "web_search", "edit", "edit", "task", "mcp_x"]
+        "ls",
+        "web_search",
+        "web_search",
+        "edit",
+        "edit",
+        "task",
+        "mcp_x",
+    ]
 
 
 def test_lines_that_are_not_events_give_nothing() -> None:
@@ -101,8 +108,14 @@ def test_lines_that_are_not_events_give_nothing() -> None:
 
 def test_to_dict_carries_the_type() -> None:
     call = ToolCall("ses_1", call_id="c1", tool="ls", native_tool="list", input={"path": "."})
-    assert call.to_dict() == {"type": "tool_call", "session_id": "ses_1", "call_id": "c1", "tool": "ls",
-                              "native_tool": "list", "input": {"path": "."}}
+    assert call.to_dict() == {
+        "type": "tool_call",
+        "session_id": "ses_1",
+        "call_id": "c1",
+        "tool": "ls",
+        "native_tool": "list",
+        "input": {"path": "."},
+    }
 
 
 def test_samples_exist() -> None:

@@ -15,8 +15,17 @@ def body(*messages: tuple[str, object]) -> dict:
 def test_opencodes_background_calls_by_their_own_prompts() -> None:
     assert request_purpose(body(("system", TITLE), ("user", "Fix the bug"))) == "title"
     assert request_purpose(body(("system", [{"type": "text", "text": COMPACTION}]), ("user", "..."))) == "compaction"
-    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Fix it"), ("assistant", "Done"),
-                                ("user", "Summarize what was done in this conversation. Write like a PR."))) == "summary"
+    assert (
+        request_purpose(
+            body(
+                ("system", "You are OpenCode"),
+                ("user", "Fix it"),
+                ("assistant", "Done"),
+                ("user", "Summarize what was done in this conversation. Write like a PR."),
+            )
+        )
+        == "summary"
+    )
     assert request_purpose(body(("system", "You are OpenCode, the best coding agent"), ("user", "Fix it"))) == "main"
     assert request_purpose({}) == "main" and request_purpose({"messages": "not a list"}) == "main"
 
@@ -24,18 +33,33 @@ def test_opencodes_background_calls_by_their_own_prompts() -> None:
 def test_text_the_agent_controls_never_makes_a_turn_a_background_call() -> None:
     """A file it read, a tool's output or its own answer may say anything: only OpenCode's first
     system message (and the user's last instruction) decide."""
-    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Fix it"),
-                                ("tool", TITLE), ("assistant", COMPACTION))) == "main"
+    assert (
+        request_purpose(
+            body(("system", "You are OpenCode"), ("user", "Fix it"), ("tool", TITLE), ("assistant", COMPACTION))
+        )
+        == "main"
+    )
     assert request_purpose(body(("system", "You are OpenCode"), ("system", TITLE), ("user", "Fix it"))) == "main"
-    assert request_purpose(body(("system", "You are OpenCode"), ("user", "Summarize what was done in this "
-                                "conversation"), ("tool", "ok"), ("user", "now continue"))) == "main"
+    assert (
+        request_purpose(
+            body(
+                ("system", "You are OpenCode"),
+                ("user", "Summarize what was done in this conversation"),
+                ("tool", "ok"),
+                ("user", "now continue"),
+            )
+        )
+        == "main"
+    )
 
 
 def test_a_request_that_offers_tools_is_a_turn_whatever_its_prompt() -> None:
     """OpenCode's background calls offer no tool; a request written to look like one, with tools,
     would be a turn that escapes the turn cap."""
-    forged = {**body(("system", TITLE), ("user", "Summarize what was done in this conversation")),
-              "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}]}
+    forged = {
+        **body(("system", TITLE), ("user", "Summarize what was done in this conversation")),
+        "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}],
+    }
     assert request_purpose(forged) == "main"
     assert request_purpose({**forged, "tools": []}) == "title"  # without tools: what OpenCode's title call is
 

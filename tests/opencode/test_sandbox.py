@@ -21,7 +21,7 @@ def _mounts(argv: list[str]) -> list[tuple[str, ...]]:
         if width is None:
             index += 1
             continue
-        found.append(tuple(argv[index:index + width + 1]))
+        found.append(tuple(argv[index : index + width + 1]))
         index += width + 1
     return found
 
@@ -32,8 +32,15 @@ def _wrap(tmp_path: Path, sandbox: Sandbox, binary: Path | None = None) -> list[
     binary.touch()
     for name in ("private", "data", "work"):
         (tmp_path / name).mkdir(exist_ok=True)
-    return sandbox.wrap([str(binary), "run"], workdir=tmp_path / "work", private_dir=tmp_path / "private",
-                        data_home=tmp_path / "data", port=4141, socket_path=tmp_path / "private" / "s.sock", seccomp_fd=7)
+    return sandbox.wrap(
+        [str(binary), "run"],
+        workdir=tmp_path / "work",
+        private_dir=tmp_path / "private",
+        data_home=tmp_path / "data",
+        port=4141,
+        socket_path=tmp_path / "private" / "s.sock",
+        seccomp_fd=7,
+    )
 
 
 def test_the_host_is_shown_from_an_allowlist_of_system_folders_never_whole(tmp_path: Path) -> None:
@@ -78,12 +85,15 @@ def test_the_config_becomes_a_sandbox_hiding_the_gateways_files(tmp_path: Path) 
     assert (sandbox.network, sandbox.readable, sandbox.secrets) == ("host", (tmp_path,), (tmp_path / "ledger.db",))
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    (SandboxConfig("docker"), "sandbox 'docker' is not known: use auto, bwrap, none"),
-    (SandboxConfig(network="lan"), "sandbox_network 'lan' is not known: use endpoint, host"),
-    (SandboxConfig(allow_write=("relative/dir",)), "must be an absolute path that exists"),
-    (SandboxConfig(allow_read=("/no/such/dir",)), "must be an absolute path that exists"),
-])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (SandboxConfig("docker"), "sandbox 'docker' is not known: use auto, bwrap, none"),
+        (SandboxConfig(network="lan"), "sandbox_network 'lan' is not known: use endpoint, host"),
+        (SandboxConfig(allow_write=("relative/dir",)), "must be an absolute path that exists"),
+        (SandboxConfig(allow_read=("/no/such/dir",)), "must be an absolute path that exists"),
+    ],
+)
 def test_a_bad_sandbox_config_is_refused_naming_the_fix(config: SandboxConfig, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         config.check()

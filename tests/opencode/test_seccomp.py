@@ -14,7 +14,7 @@ import pytest
 
 from opencode_gateway.opencode.seccomp import _NUMBERS, DENIED, DENIED_IOCTLS, filter_fd, filter_program
 
-CALLS = r'''
+CALLS = r"""
 import ctypes, json, sys
 libc = ctypes.CDLL(None, use_errno=True)
 numbers = json.loads(sys.argv[1])
@@ -28,7 +28,7 @@ out["high bits"] = call(numbers["ioctl"], 0, (1 << 32) | 0x5412, 0)
 out["getpid"] = call(39 if numbers["ioctl"] == 16 else 172)
 out["TCGETS"] = call(numbers["ioctl"], 0, 0x5401, 0)
 print(json.dumps(out))
-'''
+"""
 
 
 def test_the_program_is_whole_instructions_for_each_architecture() -> None:
@@ -44,9 +44,28 @@ def test_every_denied_call_gets_eperm_and_the_rest_go_through() -> None:
     spec = {"calls": {name: numbers[name] for name in DENIED}, "ioctl": numbers["ioctl"], "ioctls": list(DENIED_IOCTLS)}
     fd = filter_fd()
     try:
-        result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--seccomp", str(fd), "--",
-                                 sys.executable, "-c", CALLS, json.dumps(spec)], pass_fds=(fd,), capture_output=True,
-                                text=True, timeout=60, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--seccomp",
+                str(fd),
+                "--",
+                sys.executable,
+                "-c",
+                CALLS,
+                json.dumps(spec),
+            ],
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         os.close(fd)
     assert result.returncode == 0, result.stderr

@@ -48,8 +48,11 @@ def test_reading_it_changes_nothing(tmp_path: Path) -> None:
 
 
 def _kept(data_dir: Path, session_id: str, *, last_used_ms: int, directory: str = "/work/a") -> Path:
-    store = _store(data_dir / "sessions" / session_id, SCHEMA,
-                   (session_id, directory, last_used_ms - 60_000, last_used_ms, '{"id": "openai/gpt-4o-mini"}'))
+    store = _store(
+        data_dir / "sessions" / session_id,
+        SCHEMA,
+        (session_id, directory, last_used_ms - 60_000, last_used_ms, '{"id": "openai/gpt-4o-mini"}'),
+    )
     (store / "opencode" / "log.txt").write_bytes(b"x" * 1000)
     for path in store.rglob("*"):  # the files as old as the session: pruning never reads the clock's today
         os.utime(path, (last_used_ms / 1000, last_used_ms / 1000))

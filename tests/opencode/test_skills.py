@@ -19,7 +19,9 @@ def skill(root: Path, folder: str, manifest: str | None) -> Path:
 
 
 def test_a_skill_is_loaded_and_copied_whole_under_its_name(tmp_path: Path) -> None:
-    source = skill(tmp_path, "notes-folder", "---\nname: release-notes\ndescription: Writes release notes.\n---\nBody\n")
+    source = skill(
+        tmp_path, "notes-folder", "---\nname: release-notes\ndescription: Writes release notes.\n---\nBody\n"
+    )
     (source / "scripts").mkdir()
     (source / "scripts" / "collect.sh").write_text("git log\n")
     [loaded] = load_skills([source])
@@ -31,15 +33,18 @@ def test_a_skill_is_loaded_and_copied_whole_under_its_name(tmp_path: Path) -> No
     assert (target / "scripts" / "collect.sh").read_text() == "git log\n"
 
 
-@pytest.mark.parametrize(("manifest", "message"), [
-    (None, "has no SKILL.md"),
-    ("# just markdown\n", "has no YAML frontmatter"),
-    ("---\nname: [a\n---\n", "has no YAML frontmatter"),
-    ("---\nname: Release Notes\ndescription: x\n---\n", "name 'Release Notes' is invalid"),
-    ("---\nname: " + "a" * 65 + "\ndescription: x\n---\n", "at most 64 characters"),
-    ("---\nname: notes\n---\n", "has no description"),
-    ("---\nname: notes\ndescription: '  '\n---\n", "has no description"),
-])
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        (None, "has no SKILL.md"),
+        ("# just markdown\n", "has no YAML frontmatter"),
+        ("---\nname: [a\n---\n", "has no YAML frontmatter"),
+        ("---\nname: Release Notes\ndescription: x\n---\n", "name 'Release Notes' is invalid"),
+        ("---\nname: " + "a" * 65 + "\ndescription: x\n---\n", "at most 64 characters"),
+        ("---\nname: notes\n---\n", "has no description"),
+        ("---\nname: notes\ndescription: '  '\n---\n", "has no description"),
+    ],
+)
 def test_a_broken_skill_is_refused_with_what_to_fix(tmp_path: Path, manifest: str | None, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_skills([skill(tmp_path, "s", manifest)])

@@ -20,8 +20,9 @@ def test_the_token_is_a_private_file_the_config_reads_and_the_env_never_holds(tm
     workspace.prepare()
     token_file = workspace.write_token("tok-123")
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text() == "tok-123"
-    config = workspace.config(AgentConfig("openai/gpt-4o-mini"), {}, base_url="http://127.0.0.1:9/v1",
-                              token_file=token_file)
+    config = workspace.config(
+        AgentConfig("openai/gpt-4o-mini"), {}, base_url="http://127.0.0.1:9/v1", token_file=token_file
+    )
     assert config["provider"]["litellm"]["options"]["apiKey"] == f"{{file:{token_file}}}"
     assert json.loads((tmp_path / "private" / "opencode.json").read_text()) == config
     env = workspace.environment({"PATH": "/bin", "OPENAI_API_KEY": "sk-real"}, {}, config, tmp_path / "work")
@@ -43,9 +44,15 @@ def test_a_token_is_never_written_over_another(tmp_path: Path) -> None:
 def test_confined_it_runs_under_bwrap_with_its_own_tmp_and_the_seccomp_filter_inherited(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path / "private", tmp_path / "data")
     workspace.prepare()
-    argv, env, fd = workspace.confine(["/bin/opencode", "run"], {"PATH": "/bin"}, SandboxConfig(),
-                                      (tmp_path / "ledger.db",), workdir=tmp_path, port=4141,
-                                      socket_path=tmp_path / "private" / "endpoint.sock")
+    argv, env, fd = workspace.confine(
+        ["/bin/opencode", "run"],
+        {"PATH": "/bin"},
+        SandboxConfig(),
+        (tmp_path / "ledger.db",),
+        workdir=tmp_path,
+        port=4141,
+        socket_path=tmp_path / "private" / "endpoint.sock",
+    )
     try:
         assert os.get_inheritable(fd) and argv[argv.index("--seccomp") + 1] == str(fd)
         assert os.read(fd, 8) == filter_program()[:8]

@@ -11,14 +11,30 @@ from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
 
 
-def record(request_id: str = "r", *, usage: Usage | None = Usage(100, 10), cost: float | None = 0.001,
-           source: str = "litellm", status: int = 200, saved: float | None = 0.0, **fields: Any) -> RequestRecord:
+def record(
+    request_id: str = "r",
+    *,
+    usage: Usage | None = Usage(100, 10),
+    cost: float | None = 0.001,
+    source: str = "litellm",
+    status: int = 200,
+    saved: float | None = 0.0,
+    **fields: Any,
+) -> RequestRecord:
     """A finished request's record (`saved`: what caching saved); `fields` sets any other
     RequestRecord field."""
-    values: dict[str, Any] = {"model": "m", "upstream_model": None, "stream": True, "started_at": 0.0,
-                              "duration_s": 0.0, "ttfb_s": 0.0, **fields}
-    return RequestRecord(request_id=request_id, status_code=status, usage=usage, cost=Cost(cost, source, cache_saved=saved),
-                         **values)
+    values: dict[str, Any] = {
+        "model": "m",
+        "upstream_model": None,
+        "stream": True,
+        "started_at": 0.0,
+        "duration_s": 0.0,
+        "ttfb_s": 0.0,
+        **fields,
+    }
+    return RequestRecord(
+        request_id=request_id, status_code=status, usage=usage, cost=Cost(cost, source, cache_saved=saved), **values
+    )
 
 
 def chunk(content: str = "x", model: str = "gpt-4o-mini") -> dict[str, Any]:
@@ -43,19 +59,46 @@ def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start
     ledger = Ledger(path)
     for number in range(runs):
         run_id, model, started = f"run_{number:02}", models[number % 3], start + number * 30_000.0
-        ledger.start_run(run_id=run_id, started_at=started, model=model, mode="gateway", workdir="/w",
-                         metadata={"ticket": f"ENG-{400 + number % 5}"}, tags=("harness",), session_id=None)
+        ledger.start_run(
+            run_id=run_id,
+            started_at=started,
+            model=model,
+            mode="gateway",
+            workdir="/w",
+            metadata={"ticket": f"ENG-{400 + number % 5}"},
+            tags=("harness",),
+            session_id=None,
+        )
         for index in range(requests_per_run):
             unpriced, missing = (number, index) == (1, 0), (number, index) == (2, 0)
             usage = None if missing else Usage(1000 + 10 * number, 50 + index, 200 * index, 0, 5)
-            ledger.record_request(run_id, record(
-                f"{run_id}_{index}", usage=usage, cost=None if unpriced or missing else 0.001 * (number + 1) + index * 1e-4,
-                source="unpriced" if unpriced or missing else "litellm", model=model,
-                upstream_model=model.rsplit("/", 1)[-1], started_at=started + index, duration_s=1.0, ttfb_s=0.25,
-                usage_missing=missing, session_id="ses_1", purpose="title" if index == 2 else "main",
-                saved=Pricer().cache_saved(usage, [model]) if usage else 0.0))
-        ledger.update_run(run_id=run_id, ended_at=started + 10, session_id="ses_1", stop_reason="done", error=None,
-                          usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0), cost=0.0,
-                          unpriced=0)
+            ledger.record_request(
+                run_id,
+                record(
+                    f"{run_id}_{index}",
+                    usage=usage,
+                    cost=None if unpriced or missing else 0.001 * (number + 1) + index * 1e-4,
+                    source="unpriced" if unpriced or missing else "litellm",
+                    model=model,
+                    upstream_model=model.rsplit("/", 1)[-1],
+                    started_at=started + index,
+                    duration_s=1.0,
+                    ttfb_s=0.25,
+                    usage_missing=missing,
+                    session_id="ses_1",
+                    purpose="title" if index == 2 else "main",
+                    saved=Pricer().cache_saved(usage, [model]) if usage else 0.0,
+                ),
+            )
+        ledger.update_run(
+            run_id=run_id,
+            ended_at=started + 10,
+            session_id="ses_1",
+            stop_reason="done",
+            error=None,
+            usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0),
+            cost=0.0,
+            unpriced=0,
+        )
     ledger.close()
     return path

@@ -30,10 +30,14 @@ def cli(*args: str, stdin: str | None = None, env: Mapping[str, str] | None = No
     the process left as it was: its signal handlers, its environment, inspectable (main makes the
     process undumpable, which a test process must not become)."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    with mock.patch.dict(os.environ, env or {}), _signal_handlers(), \
-            mock.patch.object(cli_module, "refuse_inspection", lambda: None), \
-            mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO((stdin or "").encode()))), \
-            mock.patch.object(sys, "stdout", stdout), mock.patch.object(sys, "stderr", stderr):
+    with (
+        mock.patch.dict(os.environ, env or {}),
+        _signal_handlers(),
+        mock.patch.object(cli_module, "refuse_inspection", lambda: None),
+        mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO((stdin or "").encode()))),
+        mock.patch.object(sys, "stdout", stdout),
+        mock.patch.object(sys, "stderr", stderr),
+    ):
         try:
             code = cli_module.main(list(args))
         except SystemExit as exc:  # argparse: --help, --version, a bad flag

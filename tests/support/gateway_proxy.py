@@ -18,8 +18,11 @@ def spend_rows(proxy: LiteLLMProxy, session_id: str, expected: int, timeout: flo
     """The gateway writes spend logs in batches: poll (bounded) until the rows are there."""
     deadline = time.monotonic() + timeout
     while True:
-        status, body = proxy.call("GET", f"/spend/logs/v2?session_id={session_id}&start_date=2020-01-01%2000:00:00"
-                                  "&end_date=2100-01-01%2000:00:00&page_size=100")
+        status, body = proxy.call(
+            "GET",
+            f"/spend/logs/v2?session_id={session_id}&start_date=2020-01-01%2000:00:00"
+            "&end_date=2100-01-01%2000:00:00&page_size=100",
+        )
         assert status == 200, body
         rows = [r for r in body["data"] if r["session_id"] == session_id]
         if len(rows) >= expected or time.monotonic() > deadline:

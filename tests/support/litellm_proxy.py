@@ -48,8 +48,13 @@ class ProxyError(RuntimeError):
     """The proxy or its database could not be set up or started; the message says why."""
 
 
-def _run(*args: str | os.PathLike[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-         user: str | None = None, timeout: float = 900) -> str:
+def _run(
+    *args: str | os.PathLike[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    user: str | None = None,
+    timeout: float = 900,
+) -> str:
     command = [str(a) for a in args]
     if user is not None:
         command = ["runuser", "-u", user, "--", *command]
@@ -102,15 +107,17 @@ def install() -> None:
     (QE / "query-engine").write_text(f'#!/bin/sh\nexec node "{QE / "qe-shim.mjs"}" "$@"\n')
     (QE / "schema-engine-stub").write_text(
         f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "schema-engine-cli {ENGINE_HASH}"; exit 0; }}\n'
-        'echo "no schema engine offline" >&2; exit 1\n')
+        'echo "no schema engine offline" >&2; exit 1\n'
+    )
     fastbin = TOOLS / "fastbin"
     fastbin.mkdir(exist_ok=True)
     # The proxy runs `prisma migrate diff` at boot; it fails harmlessly offline but costs ~6 s.
     (fastbin / "prisma").write_text("#!/bin/sh\nexit 0\n")
     for path in (QE / "query-engine", QE / "schema-engine-stub", fastbin / "prisma"):
         path.chmod(0o755)
-    schema = _python("import litellm, os; print(os.path.join(os.path.dirname(litellm.__file__), 'proxy', "
-                     "'schema.prisma'))")
+    schema = _python(
+        "import litellm, os; print(os.path.join(os.path.dirname(litellm.__file__), 'proxy', 'schema.prisma'))"
+    )
     env = {**_environment(), "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}  # the real prisma CLI, not fastbin's
     _run(VENV / "bin" / "prisma", "generate", "--schema", schema, env=env)
     READY.touch()
@@ -152,8 +159,18 @@ class Postgres:
             account = pwd.getpwnam(self.user)
             os.chown(self.dir, account.pw_uid, account.pw_gid)
             os.chown(pwfile, account.pw_uid, account.pw_gid)
-        _run(self.bin / "initdb", "-D", data, "-U", "llmproxy", f"--pwfile={pwfile}", "-A", "scram-sha-256",
-             "--no-sync", user=self.user)
+        _run(
+            self.bin / "initdb",
+            "-D",
+            data,
+            "-U",
+            "llmproxy",
+            f"--pwfile={pwfile}",
+            "-A",
+            "scram-sha-256",
+            "--no-sync",
+            user=self.user,
+        )
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
         _run(self.bin / "pg_ctl", "-D", data, "-l", self.dir / "pg.log", "-w", "-o", options, "start", user=self.user)
         admin = f"postgresql://llmproxy:dbpassword@127.0.0.1:{self.port}/postgres"
@@ -165,8 +182,14 @@ class Postgres:
         if not files:
             raise ProxyError(f"no LiteLLM migrations under {migrations}")
         script = "".join(f"\\i '{f}'\n" for f in files)
-        subprocess.run(["psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", self.url], input=script, text=True,
-                       capture_output=True, check=True, timeout=300)
+        subprocess.run(
+            ["psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", self.url],
+            input=script,
+            text=True,
+            capture_output=True,
+            check=True,
+            timeout=300,
+        )
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -177,8 +200,13 @@ class Postgres:
 class LiteLLMProxy:
     """Postgres and a LiteLLM proxy serving `model_list`, healthy on entry, stopped on exit."""
 
-    def __init__(self, model_list: list[dict[str, Any]], *, general_settings: dict[str, Any] | None = None,
-                 startup_timeout: float = 180.0) -> None:
+    def __init__(
+        self,
+        model_list: list[dict[str, Any]],
+        *,
+        general_settings: dict[str, Any] | None = None,
+        startup_timeout: float = 180.0,
+    ) -> None:
         self.model_list = model_list
         self.general_settings = general_settings or {}
         self.startup_timeout = startup_timeout
@@ -208,14 +236,19 @@ class LiteLLMProxy:
         install()
         self._postgres = Postgres()
         self._postgres.start()
-        migrations = _python("import litellm_proxy_extras, os; print(os.path.join(os.path.dirname("
-                             "litellm_proxy_extras.__file__), 'migrations'))")
+        migrations = _python(
+            "import litellm_proxy_extras, os; print(os.path.join(os.path.dirname("
+            "litellm_proxy_extras.__file__), 'migrations'))"
+        )
         self._postgres.migrate(Path(migrations))
         self._workdir = Path(tempfile.mkdtemp(prefix="ocg-proxy-"))
         config = {
             "model_list": self.model_list,
-            "general_settings": {"master_key": self.master_key, "database_url": self._postgres.url,
-                                 **self.general_settings},
+            "general_settings": {
+                "master_key": self.master_key,
+                "database_url": self._postgres.url,
+                **self.general_settings,
+            },
             "litellm_settings": {"telemetry": False},
         }
         config_path = self._workdir / "config.yaml"
@@ -225,16 +258,29 @@ class LiteLLMProxy:
         env = {**_environment(), "DATABASE_URL": self._postgres.url}
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                [str(VENV / "bin" / "litellm"), "--config", str(config_path), "--host", "127.0.0.1",
-                 "--port", str(self.port)], env=env, cwd=self._workdir, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    str(VENV / "bin" / "litellm"),
+                    "--config",
+                    str(config_path),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                env=env,
+                cwd=self._workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.startup_timeout
         while _get(f"{self.url}/health/readiness") != 200:
             if self._process.poll() is not None:
                 raise ProxyError(f"the LiteLLM proxy exited with {self._process.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
-                raise ProxyError(f"the LiteLLM proxy was not ready after {self.startup_timeout:g} s:\n"
-                                 f"{self.log_tail()}")
+                raise ProxyError(
+                    f"the LiteLLM proxy was not ready after {self.startup_timeout:g} s:\n{self.log_tail()}"
+                )
             time.sleep(0.25)
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -257,8 +303,11 @@ class LiteLLMProxy:
     def call(self, method: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
         """A JSON call to the proxy (with the master key unless another is given)."""
         request = urllib.request.Request(
-            self.url + path, method=method, data=None if body is None else json.dumps(body).encode(),
-            headers={"authorization": f"Bearer {key or self.master_key}", "content-type": "application/json"})
+            self.url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"authorization": f"Bearer {key or self.master_key}", "content-type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read() or b"null")
@@ -271,15 +320,31 @@ def groups(upstream: str) -> list[dict[str, Any]]:
     (one named like a team's, one with "claude" in its name) in front of the same server speaking
     Anthropic's Messages API (litellm's anthropic adapter, priced by LiteLLM's map)."""
     return [
-        *({"model_name": name, "litellm_params": {"model": f"openai/{name}-model", "api_base": upstream,
-                                                  "api_key": "sk-upstream", "input_cost_per_token": price[0],
-                                                  "output_cost_per_token": price[1],
-                                                  "cache_read_input_token_cost": price[2]}}
-          for name, price in (("team-a", (1e-06, 4e-06, 1e-07)), ("team-b", (3e-06, 1.5e-05, 3e-07)))),
-        *({"model_name": name, "litellm_params": {"model": "anthropic/claude-sonnet-4-5",
-                                                  "api_base": upstream.removesuffix("/v1"),
-                                                  "api_key": "sk-ant-upstream"}}
-          for name in ("team-coder", "claude-coder")),
+        *(
+            {
+                "model_name": name,
+                "litellm_params": {
+                    "model": f"openai/{name}-model",
+                    "api_base": upstream,
+                    "api_key": "sk-upstream",
+                    "input_cost_per_token": price[0],
+                    "output_cost_per_token": price[1],
+                    "cache_read_input_token_cost": price[2],
+                },
+            }
+            for name, price in (("team-a", (1e-06, 4e-06, 1e-07)), ("team-b", (3e-06, 1.5e-05, 3e-07)))
+        ),
+        *(
+            {
+                "model_name": name,
+                "litellm_params": {
+                    "model": "anthropic/claude-sonnet-4-5",
+                    "api_base": upstream.removesuffix("/v1"),
+                    "api_key": "sk-ant-upstream",
+                },
+            }
+            for name in ("team-coder", "claude-coder")
+        ),
     ]
 
 

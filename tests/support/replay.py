@@ -29,8 +29,17 @@ def replaying(sample: str) -> Callable[..., OpenCodeProcess]:
 
 
 class ReplayedOpenCode(OpenCodeProcess):
-    def __init__(self, sample: str, argv: Sequence[str], *, env: dict[str, str], cwd: Path, prompt: str, tag: str,
-                 pass_fds: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        sample: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        prompt: str,
+        tag: str,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
         super().__init__(argv, env=env, cwd=cwd, prompt=prompt, tag=tag, pass_fds=pass_fds)
         self.steps = _steps((SAMPLES / f"{sample}.jsonl").read_text().splitlines())
         self.requests: list[int] = []  # the status of each request it made
@@ -56,8 +65,9 @@ class ReplayedOpenCode(OpenCodeProcess):
 
     async def _request(self, client: httpx.AsyncClient, model: str, token: str) -> None:
         body: dict[str, Any] = {"model": model, "stream": True, "messages": [{"role": "user", "content": self.prompt}]}
-        async with client.stream("POST", "/chat/completions", json=body,
-                                 headers={"authorization": f"Bearer {token}"}) as response:
+        async with client.stream(
+            "POST", "/chat/completions", json=body, headers={"authorization": f"Bearer {token}"}
+        ) as response:
             await response.aread()
             self.requests.append(response.status_code)
 

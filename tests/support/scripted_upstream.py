@@ -56,18 +56,26 @@ def usage(
     return body
 
 
-def anthropic_usage(input_tokens: int, output_tokens: int, *, cache_read: int = 0,
-                    cache_write: int = 0) -> dict[str, Any]:
+def anthropic_usage(
+    input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0
+) -> dict[str, Any]:
     """An Anthropic Messages usage object (input_tokens excludes cache reads and writes)."""
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
-            "cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_input_tokens": cache_read,
+        "cache_creation_input_tokens": cache_write,
+    }
 
 
 def gemini_usage(prompt: int, candidates: int, *, cached: int = 0, thoughts: int = 0) -> dict[str, Any]:
     """Gemini's usageMetadata (promptTokenCount includes the cached tokens; candidatesTokenCount
     excludes the thoughts)."""
-    body = {"promptTokenCount": prompt, "candidatesTokenCount": candidates,
-            "totalTokenCount": prompt + candidates + thoughts}
+    body = {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": candidates,
+        "totalTokenCount": prompt + candidates + thoughts,
+    }
     if cached:
         body["cachedContentTokenCount"] = cached
     if thoughts:
@@ -124,8 +132,12 @@ class CachingClaude:
         for message in body["messages"]:
             content = message["content"]
             for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
-                blocks.append(json.dumps({"role": message["role"],
-                                          **{k: v for k, v in part.items() if k != "cache_control"}}, sort_keys=True))
+                blocks.append(
+                    json.dumps(
+                        {"role": message["role"], **{k: v for k, v in part.items() if k != "cache_control"}},
+                        sort_keys=True,
+                    )
+                )
                 if "cache_control" in part:
                     marks.append(len(blocks) - 1)
         total = sum(map(len, blocks)) // 4
@@ -135,15 +147,19 @@ class CachingClaude:
         read = sum(map(len, blocks[:shared])) // 4 if marks and shared else 0
         written = 0
         if marks:
-            prefix = blocks[:max(marks) + 1]
+            prefix = blocks[: max(marks) + 1]
             written = max(sum(map(len, prefix)) // 4 - read, 0)
             self.cached = prefix
         self.turns += 1
         usage = anthropic_usage(total - read - written, 30, cache_read=read, cache_write=written)
         self.usages.append(usage)
         if self.turns < self.last_turn:
-            return Reply(tool_calls=[ToolCall("bash", {"command": f"echo step {self.turns}",
-                                                      "description": f"step {self.turns}"})], usage=usage)
+            return Reply(
+                tool_calls=[
+                    ToolCall("bash", {"command": f"echo step {self.turns}", "description": f"step {self.turns}"})
+                ],
+                usage=usage,
+            )
         return Reply(text="All ten steps done.", usage=usage)
 
 
@@ -196,8 +212,9 @@ class ScriptedUpstream:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[sock])),  # type: ignore[union-attr]
@@ -246,8 +263,9 @@ class ScriptedUpstream:
         if not body.get("stream"):
             return JSONResponse(_completion(model, reply))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and not reply.omit_usage
-        return StreamingResponse(self._watched(_misbehave(_stream(model, reply, include_usage), reply)),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            self._watched(_misbehave(_stream(model, reply, include_usage), reply)), media_type="text/event-stream"
+        )
 
     async def _watched(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         finished = False
@@ -266,8 +284,14 @@ class ScriptedUpstream:
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
         reply = self._next_reply(body)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        filters = {"id": "", "object": "", "created": 0, "model": "", "choices": [],
-                   "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}
+        filters = {
+            "id": "",
+            "object": "",
+            "created": 0,
+            "model": "",
+            "choices": [],
+            "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}],
+        }
 
         async def chunks() -> AsyncIterator[bytes]:
             yield b"data: " + json.dumps(filters).encode() + b"\n\n"
@@ -284,8 +308,9 @@ class ScriptedUpstream:
         if reply.status >= 400:
             error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
             return JSONResponse(error, status_code=reply.status)
-        return StreamingResponse(_anthropic_stream(str(body.get("model", "claude")), reply),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            _anthropic_stream(str(body.get("model", "claude")), reply), media_type="text/event-stream"
+        )
 
     async def _gemini(self, request: Request) -> Response:
         """Gemini's streamGenerateContent (`models/<model>:streamGenerateContent?alt=sse`), streamed
@@ -308,14 +333,16 @@ def _completion(model: str, reply: Reply) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": f"call_{i}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
             for i, c in enumerate(reply.tool_calls)
         ]
     finish = "tool_calls" if reply.tool_calls else "stop"
     return {
-        "id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion", "created": int(time.time()),
-        "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "id": "chatcmpl-" + uuid.uuid4().hex[:12],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": dict(reply.usage),
     }
 
@@ -327,8 +354,12 @@ def _pieces(text: str, n: int) -> list[str]:
 
 
 async def _stream(model: str, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
-    base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": model}
+    base = {
+        "id": "chatcmpl-" + uuid.uuid4().hex[:12],
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         event = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -349,8 +380,18 @@ async def _stream(model: str, reply: Reply, include_usage: bool) -> AsyncIterato
     for index, call in enumerate(reply.tool_calls):
         await pause()
         call_id = f"call_{uuid.uuid4().hex[:8]}"
-        yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                     "function": {"name": call.name, "arguments": ""}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": ""},
+                    }
+                ]
+            }
+        )
         for piece in _pieces(json.dumps(call.arguments), 3):
             await pause()
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
@@ -388,9 +429,20 @@ async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
 
     usage = dict(reply.usage)
     start_usage = {**usage, "output_tokens": 1}
-    yield event("message_start", {"message": {"id": "msg_" + uuid.uuid4().hex[:12], "type": "message",
-                                              "role": "assistant", "model": model, "content": [],
-                                              "stop_reason": None, "usage": start_usage}})
+    yield event(
+        "message_start",
+        {
+            "message": {
+                "id": "msg_" + uuid.uuid4().hex[:12],
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "usage": start_usage,
+            }
+        },
+    )
     index = 0
     if reply.text:
         yield event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
@@ -402,13 +454,19 @@ async def _anthropic_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
         block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:12], "name": call.name, "input": {}}
         yield event("content_block_start", {"index": index, "content_block": block})
         for piece in _pieces(json.dumps(call.arguments), 3):
-            yield event("content_block_delta", {"index": index,
-                                                "delta": {"type": "input_json_delta", "partial_json": piece}})
+            yield event(
+                "content_block_delta", {"index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}
+            )
         yield event("content_block_stop", {"index": index})
         index += 1
     stop = "tool_use" if reply.tool_calls else "end_turn"
-    yield event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
-                                  "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+    yield event(
+        "message_delta",
+        {
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        },
+    )
     yield event("message_stop", {})
 
 

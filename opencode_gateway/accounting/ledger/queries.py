@@ -15,9 +15,23 @@ from ...errors import SettingsError
 from ..times import parse_time
 from .schema import connect, ledger_error
 
-__all__ = ["BUILT_IN_GROUPS", "DEFAULT_BY", "SOURCE", "STARTED", "Grouping", "cost_per_bucket", "days_covered",
-           "finished_values", "gateway_requests", "group_rows", "grouping", "requests_of", "runs_page", "selection",
-           "usage_missing"]
+__all__ = [
+    "BUILT_IN_GROUPS",
+    "DEFAULT_BY",
+    "SOURCE",
+    "STARTED",
+    "Grouping",
+    "cost_per_bucket",
+    "days_covered",
+    "finished_values",
+    "gateway_requests",
+    "group_rows",
+    "grouping",
+    "requests_of",
+    "runs_page",
+    "selection",
+    "usage_missing",
+]
 
 # When a request started; a run that made none, when it started (reports count every run).
 STARTED = "COALESCE(q.started_at, r.started_at)"
@@ -53,8 +67,9 @@ def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
     parameters = [f'$."{key}"', *(p for name, value in where.items() for p in (f'$."{name}"', value))]
     connection = connect(path, create=False)
     try:
-        rows = connection.execute(f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'"
-                                  f"{conditions}", parameters).fetchall()
+        rows = connection.execute(
+            f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'{conditions}", parameters
+        ).fetchall()
     except sqlite3.Error as exc:
         raise ledger_error(path, exc) from exc
     finally:
@@ -80,12 +95,14 @@ def grouping(by: str, offset_s: float = 0.0) -> Grouping:
         return Grouping(BUILT_IN_GROUPS[by], ", json_each(r.tags) AS tag" if by == "tag" else "")
     if _METADATA_KEY.match(by):
         return Grouping("json_extract(r.metadata, ?)", parameters=(f'$."{by}"',))
-    raise SettingsError(f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of "
-                        f"{', '.join(BUILT_IN_GROUPS)}")
+    raise SettingsError(
+        f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of {', '.join(BUILT_IN_GROUPS)}"
+    )
 
 
-def selection(since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (),
-              tz: tzinfo = timezone.utc) -> tuple[str, list[Any]]:
+def selection(
+    since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (), tz: tzinfo = timezone.utc
+) -> tuple[str, list[Any]]:
     """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
     filters: list[Any] = []
@@ -108,13 +125,22 @@ def selection(since: str | None = None, until: str | None = None, where: Sequenc
 SOURCE = "runs r LEFT JOIN requests q ON q.run_id = r.run_id"
 
 
-_RUN_FACTS = (", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.started_at) AS started_at, "
-              "MAX(r.ended_at) AS ended_at, MAX(r.model) AS model, MAX(r.metadata) AS metadata, MAX(r.error) AS error")
+_RUN_FACTS = (
+    ", MAX(COALESCE(r.stop_reason, 'running')) AS status, MIN(r.started_at) AS started_at, "
+    "MAX(r.ended_at) AS ended_at, MAX(r.model) AS model, MAX(r.metadata) AS metadata, MAX(r.error) AS error"
+)
 
 
-def group_rows(connection: Any, *, by: str, since: str | None, until: str | None,
-               where: Sequence[tuple[str, str]], breakdown: bool = False,
-               tz: tzinfo = timezone.utc) -> tuple[list[Any], Any, list[Any]]:
+def group_rows(
+    connection: Any,
+    *,
+    by: str,
+    since: str | None,
+    until: str | None,
+    where: Sequence[tuple[str, str]],
+    breakdown: bool = False,
+    tz: tzinfo = timezone.utc,
+) -> tuple[list[Any], Any, list[Any]]:
     """The rows of a report: one per group (with the run's facts, by run), the total, and with
     `breakdown` one per group and model (`grp`, `part`). Days, weeks and months are `tz`'s (its
     offset now)."""
@@ -124,11 +150,19 @@ def group_rows(connection: Any, *, by: str, since: str | None, until: str | None
     _check_dimension(connection, by)
     rows = connection.execute(
         f"SELECT {group.key} AS grp, {_SUMS}{_RUN_FACTS if by == 'run' else ''} FROM {SOURCE}{group.join} {where_sql} "
-        "GROUP BY grp ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp", [*group.parameters, *filters]).fetchall()
+        "GROUP BY grp ORDER BY SUM(q.cost) IS NULL, SUM(q.cost) DESC, grp",
+        [*group.parameters, *filters],
+    ).fetchall()
     total = connection.execute(f"SELECT {_SUMS} FROM {SOURCE} {where_sql}", filters).fetchone()
-    parts = [] if not breakdown else connection.execute(
-        f"SELECT {group.key} AS grp, {BUILT_IN_GROUPS['model']} AS part, {_SUMS} FROM {SOURCE}{group.join} "
-        f"{where_sql} GROUP BY grp, part ORDER BY SUM(q.cost) DESC, part", [*group.parameters, *filters]).fetchall()
+    parts = (
+        []
+        if not breakdown
+        else connection.execute(
+            f"SELECT {group.key} AS grp, {BUILT_IN_GROUPS['model']} AS part, {_SUMS} FROM {SOURCE}{group.join} "
+            f"{where_sql} GROUP BY grp, part ORDER BY SUM(q.cost) DESC, part",
+            [*group.parameters, *filters],
+        ).fetchall()
+    )
     return rows, total, parts
 
 
@@ -137,11 +171,14 @@ def _check_dimension(connection: Any, by: str) -> None:
     report with one "(none)" group."""
     if by in BUILT_IN_GROUPS or by == DEFAULT_BY:
         return
-    keys = sorted(row[0] for row in connection.execute(
-        "SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta"))
+    keys = sorted(
+        row[0] for row in connection.execute("SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta")
+    )
     if by not in keys:
-        raise SettingsError(f"cannot group by {by!r}: it is neither a dimension ({', '.join(BUILT_IN_GROUPS)}) nor a "
-                            f"metadata key of a run in this ledger ({', '.join(keys) or 'none'})")
+        raise SettingsError(
+            f"cannot group by {by!r}: it is neither a dimension ({', '.join(BUILT_IN_GROUPS)}) nor a "
+            f"metadata key of a run in this ledger ({', '.join(keys) or 'none'})"
+        )
 
 
 # The dashboard's charts: cost per bucket (a day, or an hour: `hour` when every request shown is of
@@ -151,17 +188,21 @@ _BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%d
 
 def days_covered(connection: Any, chosen: tuple[str, list[Any]]) -> int:
     where_sql, filters = chosen
-    return int(connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}",
-                                  filters).fetchone()[0])
+    return int(
+        connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
+    )
 
 
-def cost_per_bucket(connection: Any, group: Grouping, chosen: tuple[str, list[Any]],
-                    bucket: str) -> list[tuple[str, str | None, float]]:
+def cost_per_bucket(
+    connection: Any, group: Grouping, chosen: tuple[str, list[Any]], bucket: str
+) -> list[tuple[str, str | None, float]]:
     """(bucket, group, cost) of the requests a selection covers."""
     where_sql, filters = chosen
     rows = connection.execute(
         f"SELECT {_BUCKETS[bucket]} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
-        f"{group.join} {where_sql} GROUP BY day, grp", [*group.parameters, *filters]).fetchall()
+        f"{group.join} {where_sql} GROUP BY day, grp",
+        [*group.parameters, *filters],
+    ).fetchall()
     return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
 
 
@@ -179,27 +220,37 @@ def runs_page(connection: Any, chosen: tuple[str, list[Any]], offset: int, limit
         f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
         f"SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests "
         f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
-        f"LIMIT ? OFFSET ?", [*filters, -1 if limit is None else limit, offset]).fetchall()
+        f"LIMIT ? OFFSET ?",
+        [*filters, -1 if limit is None else limit, offset],
+    ).fetchall()
     return int(count), page
 
 
-def requests_of(connection: Any, chosen: tuple[str, list[Any]], run_ids: Sequence[str],
-                columns: Sequence[str]) -> list[Any]:
+def requests_of(
+    connection: Any, chosen: tuple[str, list[Any]], run_ids: Sequence[str], columns: Sequence[str]
+) -> list[Any]:
     """The requests of `run_ids` a selection covers (`run_id` and `columns`), in order."""
     if not run_ids:
         return []
     where_sql, filters = chosen
-    wanted = " AND ".join(filter(None, [where_sql.removeprefix("WHERE "),
-                                        "q.run_id IN (SELECT value FROM json_each(?))"]))
-    return list(connection.execute(
-        f"SELECT q.run_id, {', '.join('q.' + c for c in columns)} FROM {SOURCE} WHERE {wanted} "
-        "ORDER BY q.started_at", [*filters, json.dumps(list(run_ids))]))
+    wanted = " AND ".join(
+        filter(None, [where_sql.removeprefix("WHERE "), "q.run_id IN (SELECT value FROM json_each(?))"])
+    )
+    return list(
+        connection.execute(
+            f"SELECT q.run_id, {', '.join('q.' + c for c in columns)} FROM {SOURCE} WHERE {wanted} "
+            "ORDER BY q.started_at",
+            [*filters, json.dumps(list(run_ids))],
+        )
+    )
 
 
 def gateway_requests(connection: Any, run_id: str | None, since: float | None) -> list[dict[str, Any]]:
     """The successful gateway requests of a run, or since a time (reconcile compares them)."""
-    sql = ("SELECT q.run_id, q.request_id, q.response_id, q.cost, r.started_at AS run_started, r.ended_at AS run_ended "
-           "FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE r.mode = 'gateway' AND q.status_code < 400")
+    sql = (
+        "SELECT q.run_id, q.request_id, q.response_id, q.cost, r.started_at AS run_started, r.ended_at AS run_ended "
+        "FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE r.mode = 'gateway' AND q.status_code < 400"
+    )
     parameters: list[Any] = []
     if run_id:
         sql += " AND q.run_id = ?"

@@ -79,8 +79,9 @@ def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
     if "locked" in text or "busy" in text:
         return LedgerError(f"ledger {path} is locked by another process; wait for it or pass --ledger PATH")
     if "not a database" in text or "malformed" in text:
-        return LedgerError(f"ledger {path} is not a readable SQLite database (corrupt?): move it away or "
-                           "pass --ledger PATH")
+        return LedgerError(
+            f"ledger {path} is not a readable SQLite database (corrupt?): move it away or pass --ledger PATH"
+        )
     return LedgerError(f"ledger {path}: {text}")
 
 
@@ -137,15 +138,24 @@ def abandon(connection: sqlite3.Connection, run_id: str) -> None:
         "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
         "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
         "error = 'the process running it ended without closing it (killed?)', "
-        + ", ".join(f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
-                    for column, total in _RUN_TOTALS.items())
-        + " WHERE run_id = ? AND ended_at IS NULL", (run_id,))
+        + ", ".join(
+            f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
+            for column, total in _RUN_TOTALS.items()
+        )
+        + " WHERE run_id = ? AND ended_at IS NULL",
+        (run_id,),
+    )
 
 
 _RUN_TOTALS = {
-    "requests": "COUNT(*)", "input_tokens": "SUM(input_tokens)", "output_tokens": "SUM(output_tokens)",
-    "cache_read_tokens": "SUM(cache_read_tokens)", "cache_write_tokens": "SUM(cache_write_tokens)",
-    "reasoning_tokens": "SUM(reasoning_tokens)", "cost": "SUM(cost)", "unpriced_requests": "SUM(cost IS NULL)",
+    "requests": "COUNT(*)",
+    "input_tokens": "SUM(input_tokens)",
+    "output_tokens": "SUM(output_tokens)",
+    "cache_read_tokens": "SUM(cache_read_tokens)",
+    "cache_write_tokens": "SUM(cache_write_tokens)",
+    "reasoning_tokens": "SUM(reasoning_tokens)",
+    "cost": "SUM(cost)",
+    "unpriced_requests": "SUM(cost IS NULL)",
 }
 
 
@@ -163,8 +173,10 @@ def connect(path: Path, *, create: bool = True, timeout: float = 5.0) -> sqlite3
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             connection.close()
-            raise LedgerError(f"ledger {path} has schema version {version}, newer than this opencode-gateway "
-                              f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway")
+            raise LedgerError(
+                f"ledger {path} has schema version {version}, newer than this opencode-gateway "
+                f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway"
+            )
         if create or version < SCHEMA_VERSION:
             _use_wal(connection, timeout)
             connection.execute("PRAGMA synchronous=NORMAL")

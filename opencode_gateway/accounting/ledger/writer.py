@@ -29,25 +29,99 @@ __all__ = ["Ledger", "RunLedger"]
 T = TypeVar("T")
 
 # A request's row, column by column (the order record_request writes them in).
-_REQUEST_COLUMNS = ("request_id", "run_id", "session_id", "response_id", "model", "upstream_model", "status_code",
-                    "stream", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                    "reasoning_tokens", "usage_missing", "estimated", "cost", "cost_source", "attempts", "error",
-                    "started_at", "ttfb_s", "duration_s", "purpose", "cache_saved")
-_INSERT_REQUEST = (f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) "
-                   f"VALUES ({', '.join('?' * len(_REQUEST_COLUMNS))})")
+_REQUEST_COLUMNS = (
+    "request_id",
+    "run_id",
+    "session_id",
+    "response_id",
+    "model",
+    "upstream_model",
+    "status_code",
+    "stream",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "usage_missing",
+    "estimated",
+    "cost",
+    "cost_source",
+    "attempts",
+    "error",
+    "started_at",
+    "ttfb_s",
+    "duration_s",
+    "purpose",
+    "cache_saved",
+)
+_INSERT_REQUEST = (
+    f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(_REQUEST_COLUMNS))})"
+)
+
+
+def _request_row(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
+    """A request's row, in _INSERT_REQUEST's column order."""
+    usage = record.usage
+    return (
+        record.request_id,
+        run_id,
+        record.session_id,
+        record.response_id,
+        record.model,
+        record.upstream_model,
+        record.status_code,
+        int(record.stream),
+        usage.input_tokens if usage else 0,
+        usage.output_tokens if usage else 0,
+        usage.cache_read_tokens if usage else 0,
+        usage.cache_write_tokens if usage else 0,
+        usage.reasoning_tokens if usage else 0,
+        int(record.usage_missing),
+        int(record.estimated),
+        record.cost.usd,
+        record.cost.source,
+        record.attempts,
+        record.error,
+        record.started_at,
+        record.ttfb_s,
+        record.duration_s,
+        record.purpose,
+        record.cost.cache_saved,
+    )
 
 
 class RunLedger(Protocol):
     """What a run's account writes to, and reads its period caps' spend from: the Ledger, or a
     channel to one in another process (a Ray worker's, ray_executor.py)."""
 
-    def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
-                  metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None) -> None: ...
+    def start_run(
+        self,
+        *,
+        run_id: str,
+        started_at: float,
+        model: str,
+        mode: str,
+        workdir: str,
+        metadata: Mapping[str, Any],
+        tags: Sequence[str],
+        session_id: str | None,
+    ) -> None: ...
 
     def record_request(self, run_id: str, record: RequestRecord) -> None: ...
 
-    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
-                   error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None: ...
+    def update_run(
+        self,
+        *,
+        run_id: str,
+        ended_at: float | None,
+        session_id: str | None,
+        stop_reason: str | None,
+        error: str | None,
+        usage: RunUsage,
+        cost: float | None,
+        unpriced: int,
+    ) -> None: ...
 
     def spent_since(self, key: str, value: str, since: float) -> Future[Spent]: ...
 
@@ -78,26 +152,41 @@ class Ledger:
     def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         return self._executor.submit(fn, *args)
 
-    def start_run(self, *, run_id: str, started_at: float, model: str, mode: str, workdir: str,
-                  metadata: Mapping[str, Any], tags: Sequence[str], session_id: str | None,
-                  owner: str | None = None) -> None:
+    def start_run(
+        self,
+        *,
+        run_id: str,
+        started_at: float,
+        model: str,
+        mode: str,
+        workdir: str,
+        metadata: Mapping[str, Any],
+        tags: Sequence[str],
+        session_id: str | None,
+        owner: str | None = None,
+    ) -> None:
         """A run's row. `owner` is the process running it (host:pid:start time), this one's unless
         the run is another's (a batch task's on a Ray worker)."""
-        self._submit(self._write, "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, "
-                     "tags, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (run_id, session_id, started_at, model, mode, workdir, json.dumps(dict(metadata)),
-                      json.dumps(list(tags)), owner or this_process())).result()
+        self._submit(
+            self._write,
+            "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, "
+            "tags, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                session_id,
+                started_at,
+                model,
+                mode,
+                workdir,
+                json.dumps(dict(metadata)),
+                json.dumps(list(tags)),
+                owner or this_process(),
+            ),
+        ).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
-        usage = record.usage
-        row = (record.request_id, run_id, record.session_id, record.response_id, record.model, record.upstream_model,
-               record.status_code, int(record.stream), usage.input_tokens if usage else 0,
-               usage.output_tokens if usage else 0, usage.cache_read_tokens if usage else 0,
-               usage.cache_write_tokens if usage else 0, usage.reasoning_tokens if usage else 0,
-               int(record.usage_missing), int(record.estimated), record.cost.usd, record.cost.source, record.attempts,
-               record.error, record.started_at, record.ttfb_s, record.duration_s, record.purpose,
-               record.cost.cache_saved)
+        row = _request_row(run_id, record)
         with self._rows_lock:
             self._rows.append(row)
             first = len(self._rows) == 1
@@ -115,15 +204,40 @@ class Ledger:
             for row in rows:
                 self._write(_INSERT_REQUEST, row)
 
-    def update_run(self, *, run_id: str, ended_at: float | None, session_id: str | None, stop_reason: str | None,
-                   error: str | None, usage: RunUsage, cost: float | None, unpriced: int) -> None:
+    def update_run(
+        self,
+        *,
+        run_id: str,
+        ended_at: float | None,
+        session_id: str | None,
+        stop_reason: str | None,
+        error: str | None,
+        usage: RunUsage,
+        cost: float | None,
+        unpriced: int,
+    ) -> None:
         """A run's totals and, once it has ended, when and how (`ended_at`, `stop_reason`); never blocks."""
-        self._submit(self._write, "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
-                     "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
-                     " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?",
-                     (ended_at, session_id, stop_reason, error, usage.requests, usage.input_tokens,
-                      usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.reasoning_tokens,
-                      cost, unpriced, run_id))
+        self._submit(
+            self._write,
+            "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
+            "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
+            " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?",
+            (
+                ended_at,
+                session_id,
+                stop_reason,
+                error,
+                usage.requests,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.reasoning_tokens,
+                cost,
+                unpriced,
+                run_id,
+            ),
+        )
 
     def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
         """What the runs whose metadata `key` is `value` spent since `since`, as committed so far
@@ -134,7 +248,9 @@ class Ledger:
         row = self._connection.execute(
             "SELECT COUNT(*), SUM(q.input_tokens + q.output_tokens), SUM(q.cost) FROM requests q "
             "JOIN runs r ON r.run_id = q.run_id WHERE json_extract(r.metadata, ?) = ? AND q.started_at >= ? "
-            "AND q.cost_source != 'refused'", (f'$."{key}"', value, since)).fetchone()
+            "AND q.cost_source != 'refused'",
+            (f'$."{key}"', value, since),
+        ).fetchone()
         return Spent(row[0] or 0, row[1] or 0, row[2] or 0.0)
 
     def abandon(self, run_id: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.support.scripted_upstream import Reply, ToolCall, usage
 
-SCRIPT = r'''
+SCRIPT = r"""
 import concurrent.futures, json, os, sys, urllib.error, urllib.request
 
 options = json.loads(os.environ["OPENCODE_CONFIG_CONTENT"])["provider"]["litellm"]["options"]
@@ -50,7 +50,7 @@ elif action == "parallel":
     count, body = arguments
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
         print(json.dumps(list(pool.map(lambda _: post(body), range(count)))))
-'''
+"""
 
 
 # The script needs only the standard library: it runs on the base interpreter, which the tests'
@@ -64,8 +64,10 @@ def attack(workdir: Path, action: str, *arguments: Any) -> Reply:
     (workdir / "attack.py").write_text(SCRIPT)
     words = " ".join(shlex.quote(json.dumps(a)) for a in arguments)
     command = f"{shlex.quote(PYTHON)} attack.py {action} {words} > attack.out 2>&1; echo ran"
-    return Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "run the repository's script"})],
-                 usage=usage(1000, 50))
+    return Reply(
+        tool_calls=[ToolCall("bash", {"command": command, "description": "run the repository's script"})],
+        usage=usage(1000, 50),
+    )
 
 
 def outcome(workdir: Path) -> Any:

@@ -26,10 +26,19 @@ def test_twenty_parallel_calls_on_a_group_priced_only_by_the_gateway_stay_within
 ) -> None:
     max_cost = 2.5 * TEAM_A_CALL
     slow = Reply(text="slow " * 20, chunk_delay=0.1, usage=usage(1000, 50))
-    upstream.script(attack(workdir, "parallel", 20, {"model": "m", "stream": True, "messages": MESSAGES}),
-                    *[slow] * 20, Reply(text="done"))
-    result = run("Run the script", model="litellm_proxy/team-a", api_base=proxy.url,
-                 api_key=new_key(proxy, models=["team-a"]), workdir=workdir, settings=settings.replace(max_cost=max_cost))
+    upstream.script(
+        attack(workdir, "parallel", 20, {"model": "m", "stream": True, "messages": MESSAGES}),
+        *[slow] * 20,
+        Reply(text="done"),
+    )
+    result = run(
+        "Run the script",
+        model="litellm_proxy/team-a",
+        api_base=proxy.url,
+        api_key=new_key(proxy, models=["team-a"]),
+        workdir=workdir,
+        settings=settings.replace(max_cost=max_cost),
+    )
     refused = [r for r in result.requests if r.cost.source == "refused"]
     assert refused, "the attack never reached the endpoint"
     made = [r for r in result.requests if r.cost.source != "refused"]
@@ -42,13 +51,23 @@ def test_twenty_parallel_calls_on_a_group_priced_only_by_the_gateway_stay_within
 def test_a_prompt_hidden_in_tools_is_counted_against_max_tokens(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    tools = [{"type": "function", "function": {"name": "pad", "description": "lorem ipsum " * 7000,
-                                               "parameters": {"type": "object"}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "pad", "description": "lorem ipsum " * 7000, "parameters": {"type": "object"}},
+        }
+    ]
     body = {"model": "m", "stream": True, "messages": MESSAGES, "tools": tools, "max_tokens": 50}
     billed = Reply(text="slow " * 20, chunk_delay=0.1, usage=usage(20_000, 50))  # what a provider bills for it
     upstream.script(attack(workdir, "parallel", 10, body), *[billed] * 10, Reply(text="done"))
-    result = run("Run the script", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider",
-                 workdir=workdir, settings=settings.replace(max_tokens=40_000))
+    result = run(
+        "Run the script",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-provider",
+        workdir=workdir,
+        settings=settings.replace(max_tokens=40_000),
+    )
     assert any(r.cost.source == "refused" for r in result.requests), "the attack never reached the endpoint"
     assert result.stop_reason == "budget_exceeded"
     assert len(upstream.requests) <= 3  # OpenCode's call and two of the ten (before: all ten)

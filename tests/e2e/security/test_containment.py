@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 # What reading a hidden file gives: not there at all, or an unopenable node in its place.
 HIDDEN = ("unreadable: No such file or directory", "unreadable: Permission denied")
 
-ESCAPE = r'''
+ESCAPE = r"""
 import json, os, subprocess, sys
 
 def tried(*command):
@@ -62,7 +62,7 @@ print(json.dumps({
     "secrets": {path: read(path) for path in sys.argv[1:]},
     "var/tmp": os.listdir("/var/tmp"),
 }))
-'''
+"""
 
 
 @pytest.fixture
@@ -75,16 +75,23 @@ def outside() -> Iterator[Path]:
 def escape(workdir: Path, *secrets: Path) -> Reply:
     (workdir / "escape.py").write_text(ESCAPE)
     command = f"{shlex.quote(PYTHON)} escape.py {' '.join(map(shlex.quote, map(str, secrets)))} > escape.out 2>&1"
-    return Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look around"})],
-                 usage=usage(1000, 50))
+    return Reply(
+        tool_calls=[ToolCall("bash", {"command": command, "description": "look around"})], usage=usage(1000, 50)
+    )
 
 
 def test_as_root_the_agent_keeps_no_capability_and_cannot_undo_its_sandbox(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(escape(workdir), Reply(text="done", usage=usage(1000, 50)))
-    result = run("Look around", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x", workdir=workdir,
-                 settings=settings.replace(sandbox="bwrap"))
+    result = run(
+        "Look around",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        settings=settings.replace(sandbox="bwrap"),
+    )
     assert result.stop_reason == "done", result.error
     seen = json.loads((workdir / "escape.out").read_text())
     assert seen["uid"] == os.getuid()  # root here, in every container and CI runner
@@ -112,14 +119,45 @@ def test_the_gateways_keys_settings_ledger_and_data_are_nowhere_to_be_read(
     in_the_workdir.write_text("sk-second-key-0123")
     secrets = (key, config, ledger, data_dir / "sessions", *([in_the_workdir] if how == "flags" else []))
     upstream.script(escape(workdir, *secrets), Reply(text="done", usage=usage(1000, 50)))
-    given = (["--config", str(config)] if how == "settings file" else
-             ["--api-key-file", str(in_the_workdir), "--api-base", upstream.url, "--sandbox-allow-read",
-              sys.base_prefix, "--config", str(config)])
+    given = (
+        ["--config", str(config)]
+        if how == "settings file"
+        else [
+            "--api-key-file",
+            str(in_the_workdir),
+            "--api-base",
+            upstream.url,
+            "--sandbox-allow-read",
+            sys.base_prefix,
+            "--config",
+            str(config),
+        ]
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", *given, "--opencode-bin",
-         opencode_bin, "--workdir", str(workdir), "--ledger", str(ledger), "--sandbox", "bwrap", "--json",
-         "Look around"], env={**os.environ, "OPENCODE_GATEWAY_HOME": str(data_dir)}, capture_output=True, text=True,
-        timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "run",
+            "-m",
+            "openai/gpt-4o-mini",
+            *given,
+            "--opencode-bin",
+            opencode_bin,
+            "--workdir",
+            str(workdir),
+            "--ledger",
+            str(ledger),
+            "--sandbox",
+            "bwrap",
+            "--json",
+            "Look around",
+        ],
+        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads((workdir / "escape.out").read_text())
     for path, content in seen["secrets"].items():
@@ -130,7 +168,7 @@ def test_the_gateways_keys_settings_ledger_and_data_are_nowhere_to_be_read(
     assert rows == (2,)  # the ledger kept every request: the agent could neither read nor delete it
 
 
-LOOK = r'''
+LOOK = r"""
 import json, os, sys
 sessions = sys.argv[1]
 seen = {"listed": sorted(os.listdir(sessions)) if os.path.isdir(sessions) else "no folder", "written": []}
@@ -142,7 +180,7 @@ for name in sys.argv[2:]:
     except OSError as error:
         seen[name] = error.strerror
 print(json.dumps(seen))
-'''
+"""
 
 
 def test_another_runs_kept_session_is_neither_readable_nor_writable(
@@ -154,8 +192,15 @@ def test_another_runs_kept_session_is_neither_readable_nor_writable(
     settings = settings.replace(data_dir=data_dir, sandbox="bwrap")
 
     def session(prompt: str, **options: Any) -> str:
-        result = run(prompt, model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x", workdir=workdir,
-                     settings=settings, **options)
+        result = run(
+            prompt,
+            model="openai/gpt-4o-mini",
+            api_base=upstream.url,
+            api_key="sk-x",
+            workdir=workdir,
+            settings=settings,
+            **options,
+        )
         assert result.stop_reason == "done", result.error
         assert result.session_id is not None
         return result.session_id
@@ -170,8 +215,10 @@ def test_another_runs_kept_session_is_neither_readable_nor_writable(
 
     def look(**options: Any) -> dict[str, Any]:
         command = f"{shlex.quote(PYTHON)} look.py {sessions} {victim} {bystander} > look.out 2>&1"
-        upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look"})],
-                              usage=usage(10, 1)), Reply(text="done", usage=usage(10, 1)))
+        upstream.script(
+            Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look"})], usage=usage(10, 1)),
+            Reply(text="done", usage=usage(10, 1)),
+        )
         session("Look around", **options)
         return dict(json.loads((workdir / "look.out").read_text()))
 
@@ -199,8 +246,22 @@ def plain_user(opencode_bin: str) -> Iterator[tuple[str, Path, list[str]]]:
     checkout = Path(__file__).resolve().parents[3]
     python = "/usr/bin/python3"
     path = f"{site}:{checkout}"
-    probe = subprocess.run(["runuser", "-u", PLAIN_USER, "--", "env", f"PYTHONPATH={path}", python, "-c",
-                            "import opencode_gateway.runner"], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [
+            "runuser",
+            "-u",
+            PLAIN_USER,
+            "--",
+            "env",
+            f"PYTHONPATH={path}",
+            python,
+            "-c",
+            "import opencode_gateway.runner",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if probe.returncode != 0:
         pytest.skip(f"the plain user cannot run this checkout: {probe.stderr.strip()[-200:]}")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ocg-plain-") as folder:
@@ -210,8 +271,21 @@ def plain_user(opencode_bin: str) -> Iterator[tuple[str, Path, list[str]]]:
         os.link(Path(opencode_bin).resolve(), binary)  # a hard link: no 185 MB copy
         subprocess.run(["chown", "-R", f"{PLAIN_USER}:", str(home)], check=True, timeout=60)
         home.chmod(0o700)
-        command = ["runuser", "-u", PLAIN_USER, "--", "env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}",
-                   f"PYTHONPATH={path}", "LITELLM_LOCAL_MODEL_COST_MAP=True", python, "-m", "opencode_gateway"]
+        command = [
+            "runuser",
+            "-u",
+            PLAIN_USER,
+            "--",
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            f"HOME={home}",
+            f"PYTHONPATH={path}",
+            "LITELLM_LOCAL_MODEL_COST_MAP=True",
+            python,
+            "-m",
+            "opencode_gateway",
+        ]
         yield PLAIN_USER, home, command + ["run", "--opencode-bin", str(binary)]
 
 
@@ -227,12 +301,32 @@ def test_as_a_plain_user_the_agent_keeps_no_capability_and_finds_no_key(
     subprocess.run(["chown", "-R", f"{PLAIN_USER}:", str(home)], check=True, timeout=60)
     key.chmod(0o600)
     probe = f"/usr/bin/python3 escape.py {key} {home / 'ledger.db'} > escape.out 2>&1"
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": probe, "description": "look around"})],
-                          usage=usage(1000, 50)), Reply(text="done", usage=usage(1000, 50)))
-    result = subprocess.run([*command, "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key-file",
-                             str(key), "--workdir", str(workdir), "--ledger", str(home / "ledger.db"),
-                             "--sandbox", "bwrap", "--json", "Look around"], capture_output=True, text=True,
-                            timeout=240)
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": probe, "description": "look around"})], usage=usage(1000, 50)),
+        Reply(text="done", usage=usage(1000, 50)),
+    )
+    result = subprocess.run(
+        [
+            *command,
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key-file",
+            str(key),
+            "--workdir",
+            str(workdir),
+            "--ledger",
+            str(home / "ledger.db"),
+            "--sandbox",
+            "bwrap",
+            "--json",
+            "Look around",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["sandbox"] == "bwrap"
     seen = json.loads((workdir / "escape.out").read_text())

@@ -23,9 +23,12 @@ from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 pytestmark = pytest.mark.e2e
 
 CALLERS = {
-    "OPENAI_API_KEY": "sk-openai-from-env-0123456789", "DATABASE_URL": "postgres://app:hunter2hunter2@db/app",
-    "REDIS_URL": "redis://:redis-password-0123@cache:6379", "SENTRY_DSN": "https://sentry-key-0123@sentry.test/1",
-    "MY_PROVIDER_KEY": "mpk-0123456789abcdef", "GITHUB_TOKEN": "ghp_0123456789abcdef0123",
+    "OPENAI_API_KEY": "sk-openai-from-env-0123456789",
+    "DATABASE_URL": "postgres://app:hunter2hunter2@db/app",
+    "REDIS_URL": "redis://:redis-password-0123@cache:6379",
+    "SENTRY_DSN": "https://sentry-key-0123@sentry.test/1",
+    "MY_PROVIDER_KEY": "mpk-0123456789abcdef",
+    "GITHUB_TOKEN": "ghp_0123456789abcdef0123",
 }
 
 
@@ -35,8 +38,13 @@ def test_the_agents_environment_holds_nothing_of_the_callers_but_what_was_passed
     for name, value in CALLERS.items():
         monkeypatch.setenv(name, value)
     upstream.script(attack(workdir, "env"), Reply(text="done", usage=usage(1000, 50)))
-    result = run("Run the script", model="openai/gpt-4o-mini", api_base=upstream.url, workdir=workdir,
-                 settings=settings.replace(env=("GITHUB_TOKEN",)))
+    result = run(
+        "Run the script",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        workdir=workdir,
+        settings=settings.replace(env=("GITHUB_TOKEN",)),
+    )
     seen = outcome(workdir)
     assert result.ok and "PATH" in seen  # the attack ran and printed its environment
     assert seen["GITHUB_TOKEN"] == CALLERS["GITHUB_TOKEN"]  # passed with --env, on purpose
@@ -52,8 +60,7 @@ def test_a_key_read_from_the_environment_and_echoed_by_the_upstream_is_redacted_
     key = CALLERS["OPENAI_API_KEY"]
     monkeypatch.setenv("OPENAI_API_KEY", key)  # litellm reads it there: no --api-key
     upstream.script(Reply(status=401, error="Incorrect API key provided", echo_key=True))
-    events = list(stream("hi", model="openai/gpt-4o-mini", api_base=upstream.url, workdir=workdir,
-                         settings=settings))
+    events = list(stream("hi", model="openai/gpt-4o-mini", api_base=upstream.url, workdir=workdir, settings=settings))
     done = events[-1]
     assert isinstance(done, Done)
     result = done.result
@@ -61,8 +68,11 @@ def test_a_key_read_from_the_environment_and_echoed_by_the_upstream_is_redacted_
     assert not result.ok
     shown = json.dumps(result.to_dict()) + str(result.error) + "".join(json.dumps(e.to_dict()) for e in events)
     assert "Incorrect API key provided" in shown and key not in shown and "[REDACTED]" in shown
-    rows = sqlite3.connect(settings.ledger_path).execute(
-        "SELECT error FROM requests UNION ALL SELECT error FROM runs").fetchall()
+    rows = (
+        sqlite3.connect(settings.ledger_path)
+        .execute("SELECT error FROM requests UNION ALL SELECT error FROM runs")
+        .fetchall()
+    )
     assert rows and not any(key in (row[0] or "") for row in rows)
 
 
@@ -80,16 +90,31 @@ except OSError as error:
 
 
 def _read_environ(pid: int) -> str:
-    return subprocess.run([*ORDINARY, sys.executable, "-c", READ_ENVIRON, str(pid)], capture_output=True,
-                          text=True, timeout=30).stdout
+    return subprocess.run(
+        [*ORDINARY, sys.executable, "-c", READ_ENVIRON, str(pid)], capture_output=True, text=True, timeout=30
+    ).stdout
 
 
 @pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
 def test_a_same_user_process_cannot_read_the_gateways_environment(tmp_path: Path) -> None:
     key = CALLERS["OPENAI_API_KEY"]
     env = {**os.environ, "OPENAI_API_KEY": key, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
-    gateway = subprocess.Popen([*ORDINARY, sys.executable, "-m", "opencode_gateway", "serve", "--port", "0",
-                                "--api-base", "http://127.0.0.1:9/v1"], env=env, stderr=subprocess.PIPE, text=True)
+    gateway = subprocess.Popen(
+        [
+            *ORDINARY,
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "serve",
+            "--port",
+            "0",
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     bystander = subprocess.Popen([*ORDINARY, sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
         state = tmp_path / "home" / "serve" / "server.json"

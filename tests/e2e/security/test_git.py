@@ -12,8 +12,8 @@ import pytest
 
 from opencode_gateway import run
 from opencode_gateway.settings import Settings
-from tests.e2e.test_serve import env, gateway_home, launch, server  # noqa: F401 (fixtures)
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.support.serving import launch
 
 pytestmark = pytest.mark.e2e
 
@@ -38,11 +38,18 @@ tried swap mv .git .git-old
 def _run(upstream: ScriptedUpstream, workdir: Path, settings: Settings, script: str, *arguments: str) -> list[str]:
     (workdir / "plant.sh").write_text(script)
     command = " ".join(["sh", "plant.sh", *arguments, "> planted.out 2>&1"])
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "plant"})],
-                          usage=usage(100, 5)),
-                    Reply(text="done", usage=usage(100, 5)))
-    result = run("Work", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x", workdir=workdir,
-                 settings=settings.replace(sandbox="bwrap"))
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "plant"})], usage=usage(100, 5)),
+        Reply(text="done", usage=usage(100, 5)),
+    )
+    result = run(
+        "Work",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        settings=settings.replace(sandbox="bwrap"),
+    )
     assert result.stop_reason == "done", result.error
     return list(result.warnings)
 
@@ -57,8 +64,13 @@ def test_nothing_the_agent_plants_in_git_runs_when_the_user_commits(
     marker = tmp_path / "git-ran-the-agents-code"
     warnings = _run(upstream, workdir, settings, PLANT, str(marker))
     tried = dict(line.split(": ") for line in (workdir / "planted.out").read_text().splitlines())
-    assert tried == {"commit": "done", "hook": "refused", "fsmonitor": "refused", "commondir": "done",
-                     "swap": "refused"}, tried  # what the sandbox refuses; the commondir is put back after
+    assert tried == {
+        "commit": "done",
+        "hook": "refused",
+        "fsmonitor": "refused",
+        "commondir": "done",
+        "swap": "refused",
+    }, tried  # what the sandbox refuses; the commondir is put back after
     log = subprocess.run(["git", "log", "--format=%s"], cwd=workdir, capture_output=True, text=True, check=True)
     assert log.stdout.split("\n")[0] == "the agent commits its work"  # it could commit its work
     assert any("commondir" in warning and "put back" in warning for warning in warnings), warnings
@@ -82,12 +94,17 @@ def test_a_repository_the_agent_creates_is_moved_out_of_gits_way(
 
 
 def test_a_launch_puts_gits_control_files_back_when_opencode_exits(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], workdir: Path  # noqa: F811
+    server: subprocess.Popen[str],
+    upstream: ScriptedUpstream,
+    env: dict[str, str],
+    workdir: Path,
 ) -> None:
     subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
-    (workdir / "plant.sh").write_text("mkdir -p evil && echo \"$PWD/evil\" > .git/commondir\n")
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": "sh plant.sh", "description": "plant"})],
-                          usage=usage(100, 5)), Reply(text="done", usage=usage(100, 5)))
+    (workdir / "plant.sh").write_text('mkdir -p evil && echo "$PWD/evil" > .git/commondir\n')
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "sh plant.sh", "description": "plant"})], usage=usage(100, 5)),
+        Reply(text="done", usage=usage(100, 5)),
+    )
     launched = launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "g", "go")
     assert launched.returncode == 0, launched.stderr
     assert (workdir / "evil").is_dir()  # the agent's script ran

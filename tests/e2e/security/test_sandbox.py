@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 PROVIDER_KEY = "sk-provider-in-the-environment-0123"
 VIRTUAL_KEY = "sk-virtual-given-with-api-key-0123"
 
-PROBE = r'''
+PROBE = r"""
 import json, os, sys, urllib.request
 keys = [key[::-1] for key in sys.argv[1:3]]  # given reversed: our own argv must not hold them
 found = set()
@@ -50,24 +50,55 @@ except OSError:
     reached = False
 open("inside.txt", "w").write("ok")
 print(json.dumps({"keys": sorted(found), "home_secret": home_secret, "written": written, "python_reached": reached}))
-'''
+"""
 
 
-def cli_run(upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, home: Path, *flags: str
-            ) -> subprocess.CompletedProcess[str]:
+def cli_run(
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, home: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENAI_API_KEY": PROVIDER_KEY, "HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
-         "--api-key", VIRTUAL_KEY, "--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger",
-         str(workdir.parent / "ledger.db"), "--json", "--sandbox-allow-read", sys.base_prefix, *flags, "Run the probe"],
-        env=env, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "run",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            VIRTUAL_KEY,
+            "--opencode-bin",
+            opencode_bin,
+            "--workdir",
+            str(workdir),
+            "--ledger",
+            str(workdir.parent / "ledger.db"),
+            "--json",
+            "--sandbox-allow-read",
+            sys.base_prefix,
+            *flags,
+            "Run the probe",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
-@pytest.mark.parametrize(("sandbox", "network"), [("bwrap", "endpoint"), ("auto", "endpoint"), ("none", "endpoint"),
-                                                  ("bwrap", "host")])
+@pytest.mark.parametrize(
+    ("sandbox", "network"), [("bwrap", "endpoint"), ("auto", "endpoint"), ("none", "endpoint"), ("bwrap", "host")]
+)
 def test_the_agents_probe_finds_writes_and_reaches_only_what_its_sandbox_allows(
-    sandbox: str, network: str, upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream, workdir: Path,
-    opencode_bin: str, tmp_path: Path
+    sandbox: str,
+    network: str,
+    upstream: ScriptedUpstream,
+    hostile_upstream: ScriptedUpstream,
+    workdir: Path,
+    opencode_bin: str,
+    tmp_path: Path,
 ) -> None:
     assert probe() is None, f"bubblewrap must work on the test machine ({probe()}): scripts/setup installs it"
     home = tmp_path / "real-home"
@@ -76,12 +107,24 @@ def test_the_agents_probe_finds_writes_and_reaches_only_what_its_sandbox_allows(
     outside = tmp_path / "outside.txt"  # under /tmp, which the sandbox replaces with its own
     in_the_repo = Path(__file__).parent / f"agent-was-here-{os.getpid()}"  # the read-only host
     (workdir / "probe.py").write_text(PROBE)
-    arguments = " ".join([PROVIDER_KEY[::-1], VIRTUAL_KEY[::-1], str(home / ".secret"), str(outside), str(in_the_repo),
-                          hostile_upstream.url])
-    command = (f"{PYTHON} probe.py {arguments} > probe.out 2>&1; "
-               f"curl -s -m 3 {hostile_upstream.url}/models > /dev/null && echo curl-reached >> probe.out; true")
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "probe"})],
-                          usage=usage(1000, 50)), Reply(text="done", usage=usage(1000, 50)))
+    arguments = " ".join(
+        [
+            PROVIDER_KEY[::-1],
+            VIRTUAL_KEY[::-1],
+            str(home / ".secret"),
+            str(outside),
+            str(in_the_repo),
+            hostile_upstream.url,
+        ]
+    )
+    command = (
+        f"{PYTHON} probe.py {arguments} > probe.out 2>&1; "
+        f"curl -s -m 3 {hostile_upstream.url}/models > /dev/null && echo curl-reached >> probe.out; true"
+    )
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "probe"})], usage=usage(1000, 50)),
+        Reply(text="done", usage=usage(1000, 50)),
+    )
     try:
         result = cli_run(upstream, workdir, opencode_bin, home, "--sandbox", sandbox, "--sandbox-network", network)
         written_in_the_repo = in_the_repo.exists()
@@ -109,7 +152,7 @@ def test_the_agents_probe_finds_writes_and_reaches_only_what_its_sandbox_allows(
         assert reached
 
 
-PLUGIN = r'''
+PLUGIN = r"""
 import fs from "fs";
 const found = [];
 for (const pid of fs.readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
@@ -119,7 +162,7 @@ for (const pid of fs.readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
   } catch {}
 }
 fs.writeFileSync(process.env.PWD + "/plugin-found.json", JSON.stringify(found));
-'''
+"""
 
 
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
@@ -154,8 +197,9 @@ def test_a_repository_cannot_unmask_its_plugins_by_making_opencode_a_symlink(
     """`.opencode` a symlink to another folder of the repository: the folder it names is masked."""
     plugins = workdir / "tools" / "editor" / "plugin"
     plugins.mkdir(parents=True)
-    (plugins / "evil.js").write_text(f"import fs from 'fs'; fs.writeFileSync({json.dumps(str(workdir))} + "
-                                     "'/plugin-ran', 'yes');")
+    (plugins / "evil.js").write_text(
+        f"import fs from 'fs'; fs.writeFileSync({json.dumps(str(workdir))} + '/plugin-ran', 'yes');"
+    )
     (workdir / ".opencode").symlink_to("tools/editor")
     upstream.script(Reply(text="done", usage=usage(1000, 50)))
     home = tmp_path / "real-home"

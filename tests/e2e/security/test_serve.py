@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from tests.e2e.security.agent import PYTHON, attack, outcome
-from tests.e2e.test_serve import CLI, env, gateway_home, launch, server, sessions  # noqa: F401 (fixtures)
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.support.serving import CLI, launch, sessions
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -28,23 +28,43 @@ READ_PYTHON = ("--sandbox-allow-read", sys.base_prefix)  # the attacker's script
 
 
 def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,  # noqa: F811
-    workdir: Path
+    server: subprocess.Popen[str],
+    upstream: ScriptedUpstream,
+    env: dict[str, str],
+    gateway_home: Path,
+    workdir: Path,
 ) -> None:
     upstream.script(Reply(text="Victim done.", usage=usage(1000, 10)))
-    victim = launch(env, workdir, "--metadata", "ticket=ENG-1", "--", "run", "--format", "json", "--title", "v",
-                    "victim")
+    victim = launch(
+        env, workdir, "--metadata", "ticket=ENG-1", "--", "run", "--format", "json", "--title", "v", "victim"
+    )
     assert victim.returncode == 0, victim.stderr
     [victim_session] = sessions(victim.stdout)
 
-    spoofed = {"x-session-id": victim_session, "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}',
-               "x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]})}
-    body = {"model": "openai/gpt-4o-mini", "stream": False, "messages": MESSAGES, "user": "mallory",
-            "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}], "timeout": 0.001,
-            "input_cost_per_token": -1, "metadata": {"ticket": "ENG-1"}, "api_base": "http://127.0.0.1:9/v1"}
-    upstream.script(attack(workdir, "posts", [body, spoofed]), Reply(text="attack answer", usage=usage(1000, 10)),
-                    Reply(text="Attacker done.", usage=usage(1000, 10)))
-    attacker = launch(env, workdir, "--metadata", "ticket=ENG-2", *READ_PYTHON, "--", "run", "--format", "json", "--title", "a", "go")
+    spoofed = {
+        "x-session-id": victim_session,
+        "x-litellm-spend-logs-metadata": '{"ticket": "ENG-1"}',
+        "x-opencode-gateway-launch": json.dumps({"metadata": {"ticket": "ENG-1"}, "tags": ["x,y"]}),
+    }
+    body = {
+        "model": "openai/gpt-4o-mini",
+        "stream": False,
+        "messages": MESSAGES,
+        "user": "mallory",
+        "fallbacks": [{"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}],
+        "timeout": 0.001,
+        "input_cost_per_token": -1,
+        "metadata": {"ticket": "ENG-1"},
+        "api_base": "http://127.0.0.1:9/v1",
+    }
+    upstream.script(
+        attack(workdir, "posts", [body, spoofed]),
+        Reply(text="attack answer", usage=usage(1000, 10)),
+        Reply(text="Attacker done.", usage=usage(1000, 10)),
+    )
+    attacker = launch(
+        env, workdir, "--metadata", "ticket=ENG-2", *READ_PYTHON, "--", "run", "--format", "json", "--title", "a", "go"
+    )
     assert attacker.returncode == 0, attacker.stderr
     [[status, answer]] = outcome(workdir)
     assert status == 200 and "attack answer" in answer  # it reached the server and was served
@@ -67,7 +87,7 @@ def test_a_launch_cannot_join_another_launchs_session_choose_attribution_or_mint
     assert not any(r[2] == "FREE" for r in runs)
 
 
-PLANT = r'''
+PLANT = r"""
 import json, os, sys
 home, marker = sys.argv[1], sys.argv[2]
 seen = {}
@@ -81,26 +101,47 @@ for folder in (".opencode/plugin", os.environ["XDG_CONFIG_HOME"] + "/opencode/pl
     os.makedirs(folder, exist_ok=True)
     open(f"{folder}/steal.js", "w").write(plugin)
 print(json.dumps(seen))
-'''
+"""
 
 
 def test_launches_share_nothing_writable_and_no_plugin_an_agent_planted_runs(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], gateway_home: Path,  # noqa: F811
-    workdir: Path, tmp_path: Path
+    server: subprocess.Popen[str],
+    upstream: ScriptedUpstream,
+    env: dict[str, str],
+    gateway_home: Path,
+    workdir: Path,
+    tmp_path: Path,
 ) -> None:
     """The agent of one launch looks for the other launches' conversations and tokens and the
     server's, and plants a plugin (in the repository and in its own config dir) for the next
     launch to run. It finds none of them, and the next launch in the same folder runs no plugin."""
     upstream.script(Reply(text="the victim's conversation", usage=usage(10, 1)))
-    assert launch(env, workdir, "--sandbox", "bwrap", "--", "run", "--format", "json", "--title", "v",
-                  "victim's secret prompt").returncode == 0
+    assert (
+        launch(
+            env,
+            workdir,
+            "--sandbox",
+            "bwrap",
+            "--",
+            "run",
+            "--format",
+            "json",
+            "--title",
+            "v",
+            "victim's secret prompt",
+        ).returncode
+        == 0
+    )
     marker = tmp_path / "planted-ran"
     (workdir / "plant.py").write_text(PLANT)
     command = f"{PYTHON} plant.py {gateway_home} {marker} > seen.json"
-    upstream.script(Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look around"})],
-                          usage=usage(10, 1)), Reply(text="done", usage=usage(10, 1)))
-    second = launch(env, workdir, "--sandbox", "bwrap", *READ_PYTHON, "--", "run", "--format", "json", "--title", "s",
-                    "look")
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look around"})], usage=usage(10, 1)),
+        Reply(text="done", usage=usage(10, 1)),
+    )
+    second = launch(
+        env, workdir, "--sandbox", "bwrap", *READ_PYTHON, "--", "run", "--format", "json", "--title", "s", "look"
+    )
     assert second.returncode == 0, second.stderr
     seen = json.loads((workdir / "seen.json").read_text())
     own = seen.pop(str(gateway_home / "tui"))
@@ -116,15 +157,34 @@ def test_launches_share_nothing_writable_and_no_plugin_an_agent_planted_runs(
 
 
 def test_a_launchs_limits_and_model_hold_whatever_session_and_model_its_requests_name(
-    server: subprocess.Popen[str], upstream: ScriptedUpstream, env: dict[str, str], workdir: Path  # noqa: F811
+    server: subprocess.Popen[str],
+    upstream: ScriptedUpstream,
+    env: dict[str, str],
+    workdir: Path,
 ) -> None:
     """With its launch's token, the agent sends twelve requests, each under a fresh session id and
     naming another model (before: twelve fresh budgets, each forwarded on the model it named)."""
-    posts = [[{"model": "gpt-4o", "stream": False, "messages": MESSAGES}, {"x-session-id": f"ses_fresh_{i}"}]
-             for i in range(12)]
+    posts = [
+        [{"model": "gpt-4o", "stream": False, "messages": MESSAGES}, {"x-session-id": f"ses_fresh_{i}"}]
+        for i in range(12)
+    ]
     upstream.script(attack(workdir, "posts", *posts), *[Reply(text="served", usage=usage(10, 1))] * 13)
-    launch(env, workdir, "--max-requests", "3", "--max-turns", "1", *READ_PYTHON, "--", "run", "--format", "json",
-           "--title", "a", "go")  # its second turn is refused too: OpenCode exits 1
+    launch(
+        env,
+        workdir,
+        "--max-requests",
+        "3",
+        "--max-turns",
+        "1",
+        *READ_PYTHON,
+        "--",
+        "run",
+        "--format",
+        "json",
+        "--title",
+        "a",
+        "go",
+    )  # its second turn is refused too: OpenCode exits 1
     answers = outcome(workdir)
     assert len(answers) == 12 and all(status == 400 for status, _ in answers), answers  # the one turn was spent
     assert len(upstream.requests) == 1  # OpenCode's own first turn, on the launch's model
@@ -132,15 +192,21 @@ def test_a_launchs_limits_and_model_hold_whatever_session_and_model_its_requests
 
 
 def test_a_body_of_millions_of_values_leaves_serve_and_other_launches_working_under_a_memory_cap(
-    upstream: ScriptedUpstream, gateway_home: Path, env: dict[str, str]  # noqa: F811
+    upstream: ScriptedUpstream,
+    gateway_home: Path,
+    env: dict[str, str],
 ) -> None:
     """32 MiB of empty messages (ten million dicts once parsed: 6 GB) sent three at once with one
     launch's token: each is refused unparsed, serve stays well inside its memory cap, and another
     launch's request is served meanwhile."""
     cap = 3 << 30
     serve = subprocess.Popen(
-        [*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"], env=env,
-        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+        [*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-provider"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)),
+    )
     try:
         state_file = gateway_home / "serve" / "server.json"
         deadline = time.monotonic() + 30
@@ -149,13 +215,21 @@ def test_a_body_of_millions_of_values_leaves_serve_and_other_launches_working_un
             time.sleep(0.1)
         state = json.loads(state_file.read_text())
         admin = {"authorization": f"Bearer {Path(state['token_file']).read_text()}"}
-        attacker, other = (httpx.post(state["url"] + "/launches", headers=admin, timeout=30,
-                                      json={"model": "openai/gpt-4o-mini"}).json()["token"] for _ in range(2))
+        attacker, other = (
+            httpx.post(
+                state["url"] + "/launches", headers=admin, timeout=30, json={"model": "openai/gpt-4o-mini"}
+            ).json()["token"]
+            for _ in range(2)
+        )
         hostile = b'{"stream": false, "messages": [' + b",".join([b"{}"] * 10_500_000) + b"]}"
 
         def send(token: str, content: bytes) -> httpx.Response:
-            return httpx.post(state["url"] + "/v1/chat/completions", content=content, timeout=120,
-                              headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+            return httpx.post(
+                state["url"] + "/v1/chat/completions",
+                content=content,
+                timeout=120,
+                headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+            )
 
         upstream.script(Reply(text="served meanwhile", usage=usage(10, 1)))
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -165,8 +239,11 @@ def test_a_body_of_millions_of_values_leaves_serve_and_other_launches_working_un
         assert statuses == [413, 413, 413]
         assert normal.status_code == 200 and "served meanwhile" in normal.text
         assert serve.poll() is None  # still up
-        peak = next(int(line.split()[1]) for line in Path(f"/proc/{serve.pid}/status").read_text().splitlines()
-                    if line.startswith("VmHWM:"))
+        peak = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{serve.pid}/status").read_text().splitlines()
+            if line.startswith("VmHWM:")
+        )
         assert peak < 600 * 1024  # kB: the bodies were never materialised
     finally:
         serve.terminate()

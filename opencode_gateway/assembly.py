@@ -1,0 +1,210 @@
+"""How a run is assembled from its plan: its account, where its requests go (the targets and the
+router of its endpoint), OpenCode's process wired to the endpoint, and the warm-up while OpenCode
+starts. `Parts` are what a test may swap (how OpenCode's process is made, where requests go)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import _litellm
+from .accounting.budget import period_caps
+from .accounting.ledger import RunLedger
+from .accounting.pricing import Pricer
+from .accounting.records import Purpose, RequestRecord
+from .accounting.run import RunAccount
+from .endpoint.server import EndpointServer
+from .endpoint.tagging import Tagging
+from .events import ReasoningDelta, TextDelta, ToolRequested
+from .opencode import config as oc_config
+from .opencode.gitguard import GitControl
+from .opencode.lines import Event
+from .opencode.process import OpenCodeProcess, run_argv
+from .opencode.purpose import routed_model
+from .opencode.sessions import prune_sessions
+from .opencode.workspace import Workspace
+from .plan import Plan
+from .settings import RunSettings
+from .wiring import opencode_env, upstream_for
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from .endpoint.hooks import Hooks
+    from .endpoint.routing import RunRouter, Target
+    from .endpoint.upstream import Upstream
+
+__all__ = [
+    "Parts",
+    "account_for",
+    "endpoint_app",
+    "live_event",
+    "opencode_process",
+    "router",
+    "silent_mcp_servers",
+    "targets",
+    "tool_names",
+    "warm_up",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a run is made of besides its plan, that a test may swap: how OpenCode's process is
+    made (OpenCodeProcess's signature; tests/support/replay.py replays recorded runs), and where
+    a model's requests go (None: `wiring.upstream_for`, the gateway or litellm)."""
+
+    opencode: Callable[..., OpenCodeProcess] = OpenCodeProcess
+    upstream: Callable[[RunSettings, str], Upstream] | None = None
+
+
+def account_for(settings: RunSettings, ledger: RunLedger, on_record: Callable[[RequestRecord], None]) -> RunAccount:
+    """The run's account: its budget, prices and ledger, and the period caps of its metadata
+    (their spend read from the same ledger, through the driver on a Ray worker)."""
+    return RunAccount(
+        settings.budget,
+        pricer=Pricer(settings.pricing),
+        on_record=on_record,
+        ledger=ledger,
+        periods=period_caps(settings.budgets, settings.metadata),
+        history=ledger,
+    )
+
+
+def tool_names(body: Mapping[str, Any]) -> set[str]:
+    return {
+        tool["function"]["name"]
+        for tool in body.get("tools") or ()
+        if isinstance(tool, Mapping)
+        and isinstance(tool.get("function"), Mapping)
+        and isinstance(tool["function"].get("name"), str)
+    }
+
+
+def silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
+    """Warnings for the MCP servers none of whose tools OpenCode offered: the server failed to start
+    or to answer (OpenCode goes on without it, saying so only in its log)."""
+    if not offered:
+        return []
+    return [
+        f"mcp server {name!r} offered no tools: it failed to start or to list them (check its command "
+        "and that the sandbox lets it run)"
+        for name in settings.mcp
+        if not any(tool.startswith(f"{name}_") for tool in offered)
+    ]
+
+
+def targets(settings: RunSettings, tagging: Tagging, account: RunAccount, parts: Parts = Parts()) -> dict[str, Target]:
+    """Where a run's requests go: the run's model, the small model of OpenCode's background calls
+    if it is another, and each purpose's route (`routes`)."""
+    from .endpoint.routing import Target
+
+    upstream = parts.upstream or upstream_for
+    models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
+    return {model: Target(model, upstream(settings, model), tagging, account) for model in dict.fromkeys(models)}
+
+
+def endpoint_app(
+    settings: RunSettings, token: str, where: Mapping[str, Target], account: RunAccount, hooks: Hooks
+) -> Starlette:
+    """The run's endpoint: its token, its targets, the run's secrets scrubbed from what it says,
+    priced by the run's prices, each answer's text kept (the run's answer is taken from them)."""
+    from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
+
+    return create_app(
+        Endpoint(
+            router=router(token, where, settings),
+            secrets=(*settings.secrets, token),
+            pricer=account.pricer,
+            estimate_usage=settings.estimate_usage,
+            first_byte_timeout=settings.first_byte_timeout,
+            max_body_bytes=settings.max_body_bytes,
+            keep_answers=True,
+            hooks=hooks,
+        )
+    )
+
+
+def router(token: str, targets: Mapping[str, Target], settings: RunSettings) -> RunRouter:
+    """Who may call the run's endpoint (its token), and where each request goes: the one model's
+    target, or with a small model or routes, the one each request is routed to (purpose.py)."""
+    from .endpoint.routing import RunRouter  # starlette's side: imported while OpenCode starts
+
+    if len(targets) == 1:
+        return RunRouter(token, targets[settings.model])
+
+    def choose(headers: Mapping[str, str], requested: Any, purpose: Purpose) -> Target:
+        return targets[
+            routed_model(
+                requested, purpose, model=settings.model, small_model=settings.small_model, routes=settings.routes
+            )
+        ]
+
+    return RunRouter(token, targets[settings.model], choose)
+
+
+def live_event(session_id: str | None, kind: str, piece: str) -> Event:
+    """What the endpoint saw streaming by (kind: text, reasoning, or tool: a tool's name)."""
+    if kind == "tool":
+        return ToolRequested(session_id, tool=piece)
+    return TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece)
+
+
+def opencode_process(
+    plan: Plan,
+    workspace: Workspace,
+    server: EndpointServer,
+    socket_path: Path | None,
+    tag: str,
+    git: GitControl,
+    make: Callable[..., OpenCodeProcess],
+) -> tuple[OpenCodeProcess, str]:
+    """OpenCode's process, not yet started, given its isolated config with the endpoint's address;
+    and the run's token, which the endpoint is to ask for."""
+    settings = plan.settings
+    workspace.prepare()
+    token = secrets.token_urlsafe(32)
+    readable = workspace.add_skills(plan.skills)
+    instructions = workspace.add_instructions(
+        [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part]
+    )
+    env = opencode_env(
+        settings,
+        workspace,
+        endpoint_url=server.url,
+        token=token,
+        workdir=plan.workdir,
+        instructions=instructions,
+        readable_dirs=readable,
+    )
+    argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
+    inherited: tuple[int, ...] = ()
+    if plan.sandbox == "bwrap":
+        argv, env, seccomp = workspace.confine(
+            argv,
+            env,
+            settings.sandbox_config,
+            settings.gateway_files,
+            workdir=plan.workdir,
+            port=server.port,
+            socket_path=socket_path,
+            git=git,
+        )
+        inherited = (seccomp,)
+    return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
+
+
+def warm_up(settings: RunSettings, keep: str | None) -> None:
+    """While OpenCode starts: the kept sessions past their days removed (each is ~1 MB), but the
+    one this run continues; and what the first request needs, imported (litellm, ~2.4 s, in SDK
+    mode; in gateway mode the relay's transport, aiohttp, ~0.15 s: gateway mode never imports
+    litellm for its own sake, a proxy reports each stream's cost or its bundled price map prices it)."""
+    if settings.keep_sessions_days is not None:
+        prune_sessions(settings.data_dir, settings.keep_sessions_days, keep=keep)
+    if settings.mode == "sdk":
+        _litellm.load()
+    else:
+        import aiohttp  # noqa: F401

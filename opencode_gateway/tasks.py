@@ -1,0 +1,88 @@
+"""A batch's tasks file: one JSON object a line, each a task (an id that names its folder, a
+prompt, and the `run()` arguments a task may set), checked whole before any task runs; an error
+names the line."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SettingsError
+from .options import task_kinds
+from .settings_file import beside
+
+__all__ = ["BATCH_KEYS", "FOLDER_NAME", "Task", "load_tasks"]
+
+FOLDER_NAME = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: never . or ..
+# A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
+_OPTIONS = task_kinds()  # what a task may set, and the JSON types each is written as
+BATCH_KEYS = ("batch_id", "task_id")  # metadata the batch sets on every run
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    prompt: str
+    options: Mapping[str, Any] = field(default_factory=dict)  # run() arguments
+    template: Path | None = None  # a folder the task's fresh workdir starts as a copy of
+
+
+def _task(raw: Any, where: str, tasks_file: Path) -> Task:
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{where}: a task is a JSON object with an id and a prompt")
+    unknown = sorted(set(raw) - {"id", "prompt", *_OPTIONS})
+    if unknown:
+        raise SettingsError(f"{where}: unknown key {unknown[0]!r}; a task may have id, prompt, {', '.join(_OPTIONS)}")
+    task_id, prompt = raw.get("id"), raw.get("prompt")
+    if not isinstance(task_id, str) or not FOLDER_NAME.match(task_id):
+        raise SettingsError(
+            f"{where}: id {task_id!r} is invalid: use letters, digits, . _ - (it names a folder, so not . or ..)"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SettingsError(f"{where}: task {task_id} has no prompt")
+    options: dict[str, Any] = {}
+    for key, kinds in _OPTIONS.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise SettingsError(f"{where}: {key} must be {' or '.join(k.__name__ for k in kinds)}")
+        options[key] = value
+    for key in BATCH_KEYS:
+        if key in options.get("metadata", {}):
+            raise SettingsError(f"{where}: metadata {key} is set by the batch itself: rename that key")
+    if "skills" in options:  # folders named in the tasks file are found beside it
+        options["skills"] = beside(tasks_file, options["skills"])
+    template = options.pop("workdir", None)
+    template_dir = None if template is None else Path(beside(tasks_file, [template])[0]).resolve()
+    if template_dir is not None and not template_dir.is_dir():
+        raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
+    return Task(task_id, prompt, options, template_dir)
+
+
+def load_tasks(path: Path) -> tuple[Task, ...]:
+    """Every task of a JSONL file; SettingsError names the first bad line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"cannot read the tasks file {path}: {exc.strerror}") from None
+    tasks: dict[str, Task] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"{where}: not JSON ({exc.msg})") from None
+        task = _task(raw, where, path)
+        if task.id in tasks:
+            raise SettingsError(f"{where}: task id {task.id} is used twice")
+        tasks[task.id] = task
+    if not tasks:
+        raise SettingsError(f'{path} holds no tasks: one JSON object a line, e.g. {{"id": "t1", "prompt": "..."}}')
+    return tuple(tasks.values())
