@@ -36,6 +36,7 @@ __all__ = [
     "Outcome",
     "Progress",
     "Task",
+    "fresh_workdir",
     "load_tasks",
     "run_batch",
     "run_task",
@@ -231,7 +232,7 @@ def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
     return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
 
 
-def _fresh_workdir(task: Task, batch: Batch) -> Path:
+def fresh_workdir(task: Task, batch: Batch) -> Path:
     """An empty (or template) workdir for the task. One left by an earlier run goes, but only if a
     batch made it: a real folder (no symlink), directly inside the root, with our marker beside it."""
     workdir = batch.workdir_root / task.id
@@ -268,7 +269,7 @@ async def run_task(
     """One task, start to end, wherever it runs: its fresh workdir, then its run (rows to the
     settings' ledger, or to `ledger`)."""
     try:
-        workdir = _fresh_workdir(task, batch)
+        workdir = fresh_workdir(task, batch)
         plan = prepare(task.prompt, settings=settings, workdir=workdir, **options)
         return Outcome(task.id, await plan.execute(on_event, ledger=ledger))
     except OutputInvalid as exc:

@@ -204,3 +204,17 @@ def test_end_to_end_tests_live_under_tests_e2e_each_file_marked() -> None:
         if "e2e" not in path.relative_to(tests).parts and "mark.e2e" in path.read_text()
     )
     assert marked_elsewhere == ["test_architecture.py"]  # mypy over a probe file: slow, not end to end
+
+
+def test_tests_use_the_package_through_its_public_names() -> None:
+    """A test that imports a private name pins an implementation detail: what it tests is public."""
+    tests = Path(__file__).parent
+    private = sorted(
+        f"{path.relative_to(tests)}: {alias.name}"
+        for path in tests.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opencode_gateway")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__") and alias.name != "_litellm"
+    )
+    assert private == []

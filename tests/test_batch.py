@@ -15,7 +15,7 @@ from opencode_gateway.batch import (
     Outcome,
     Progress,
     Task,
-    _fresh_workdir,
+    fresh_workdir,
     load_tasks,
     summary,
 )
@@ -190,9 +190,9 @@ def test_a_batch_id_of_dots_is_refused(tmp_path: Path, batch_id: str) -> None:
 def test_a_rerun_replaces_the_workdir_a_batch_made(tmp_path: Path) -> None:
     batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
     task = Task("t1", "a", {}, None)
-    first = _fresh_workdir(task, batch)
+    first = fresh_workdir(task, batch)
     (first / "left-by-the-agent.txt").write_text("x")
-    again = _fresh_workdir(task, batch)
+    again = fresh_workdir(task, batch)
     assert again == first and list(again.iterdir()) == []
 
 
@@ -203,19 +203,19 @@ def test_a_folder_no_batch_made_is_never_removed(tmp_path: Path) -> None:
     mine.mkdir(parents=True)
     (mine / "precious.txt").write_text("keep")
     with pytest.raises(SettingsError, match="exists and was not made by a batch"):
-        _fresh_workdir(task, batch)
+        fresh_workdir(task, batch)
     assert (mine / "precious.txt").read_text() == "keep"
 
 
 def test_a_workdir_the_agent_swapped_for_a_symlink_is_not_followed(tmp_path: Path) -> None:
     batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
     task = Task("t1", "a", {}, None)
-    workdir = _fresh_workdir(task, batch)
+    workdir = fresh_workdir(task, batch)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "precious.txt").write_text("keep")
     workdir.rmdir()
     workdir.symlink_to(elsewhere)  # what an agent in task t1 could do before a rerun
     with pytest.raises(SettingsError, match="was not made by a batch"):
-        _fresh_workdir(task, batch)
+        fresh_workdir(task, batch)
     assert (elsewhere / "precious.txt").read_text() == "keep"

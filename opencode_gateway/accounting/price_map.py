@@ -24,7 +24,7 @@ from typing import Any
 from ..litellm_gateway.protocol import ModelRoute
 from .usage import Usage, per_token_cost
 
-__all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "price_map"]
+__all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "plain_entry", "price_map"]
 
 _MAP_FILE = "model_prices_and_context_window_backup.json"
 # Prices that apply only to what this gateway never asks for (a service tier, the batch API, web
@@ -177,7 +177,7 @@ def price_map() -> Mapping[str, Mapping[str, Any]] | None:
     names: dict[str, Mapping[str, Any]] = {}
     for key, entry in entries.items():
         provider = entry.get("litellm_provider") if isinstance(entry, dict) else None
-        if provider not in PROVIDERS or not _plain(entry):
+        if provider not in PROVIDERS or not plain_entry(entry):
             continue
         if key.startswith(f"{provider}/"):
             names[key] = entry
@@ -187,7 +187,7 @@ def price_map() -> Mapping[str, Mapping[str, Any]] | None:
     return names
 
 
-def _plain(entry: Mapping[str, Any]) -> bool:
+def plain_entry(entry: Mapping[str, Any]) -> bool:
     """Whether every price of the entry is one this module applies or one that cannot apply."""
     for key, value in entry.items():
         if key in _PRICED:

@@ -15,7 +15,7 @@ import platform
 import struct
 from collections.abc import Mapping
 
-__all__ = ["DENIED", "DENIED_IOCTLS", "filter_program", "filter_fd"]
+__all__ = ["DENIED", "DENIED_IOCTLS", "SYSCALL_NUMBERS", "filter_fd", "filter_program"]
 
 # System call -> why it is denied. The numbers are per architecture (x86_64, aarch64).
 DENIED: Mapping[str, str] = {
@@ -33,7 +33,7 @@ DENIED_IOCTLS: Mapping[int, str] = {
     0x541C: "TIOCLINUX can paste the console's selection as input, as TIOCSTI does",
 }
 
-_NUMBERS = {
+SYSCALL_NUMBERS = {
     "x86_64": {
         "ioctl": 16,
         "ptrace": 101,
@@ -71,9 +71,9 @@ def filter_program(machine: str | None = None) -> bytes:
     """The compiled filter for `machine` (this one by default). Calls of another architecture (a
     32-bit call from a 64-bit process, x32) are denied whole: their numbers mean other calls."""
     machine = machine or platform.machine()
-    if machine not in _NUMBERS:
-        raise OSError(f"no seccomp filter for {machine}: only {', '.join(_NUMBERS)}")
-    numbers = _NUMBERS[machine]
+    if machine not in SYSCALL_NUMBERS:
+        raise OSError(f"no seccomp filter for {machine}: only {', '.join(SYSCALL_NUMBERS)}")
+    numbers = SYSCALL_NUMBERS[machine]
     denied = [numbers[name] for name in DENIED]
     eperm = _ERRNO | errno.EPERM
     ioctls = list(DENIED_IOCTLS)

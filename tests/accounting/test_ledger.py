@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, connect
-from opencode_gateway.accounting.ledger.schema import _MIGRATIONS
+from opencode_gateway.accounting.ledger.schema import MIGRATIONS
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
@@ -171,7 +171,7 @@ def test_a_new_ledger_and_its_folder_are_private(tmp_path: Path) -> None:
 def test_a_ledger_at_version_1_gains_the_owner_column(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
-    db.executescript(f"{_MIGRATIONS[0]}; PRAGMA user_version=1;")
+    db.executescript(f"{MIGRATIONS[0]}; PRAGMA user_version=1;")
     db.execute("INSERT INTO runs (run_id, started_at, model, mode) VALUES ('run_old', 1, 'm', 'sdk')")
     db.commit()
     connect(path, create=False).close()  # a reader (report, doctor) after an upgrade migrates it too
@@ -284,9 +284,9 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
 
 
 def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
-    from opencode_gateway.accounting.ledger.writer import _REQUEST_COLUMNS
+    from opencode_gateway.accounting.ledger.writer import REQUEST_COLUMNS
 
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.close()
     columns = [row[1] for row in sqlite3.connect(tmp_path / "ledger.db").execute("PRAGMA table_info(requests)")]
-    assert sorted(_REQUEST_COLUMNS) == sorted(columns)  # every column named, none twice, none missing
+    assert sorted(REQUEST_COLUMNS) == sorted(columns)  # every column named, none twice, none missing

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opencode_gateway import _litellm
-from opencode_gateway.accounting.price_map import PROVIDERS, _plain, entry_cost, map_price, price_map
+from opencode_gateway.accounting.price_map import PROVIDERS, entry_cost, map_price, plain_entry, price_map
 from opencode_gateway.accounting.usage import Usage
 
 litellm = _litellm.load()
@@ -178,5 +178,5 @@ def test_an_entry_with_a_field_it_does_not_know_is_left_to_litellm() -> None:
         "max_tokens": 8192,
         "supports_vision": True,
     }
-    assert _plain(plain)
-    assert not _plain({**plain, "sovereign_uplift_multiplier": 1.2})
+    assert plain_entry(plain)
+    assert not plain_entry({**plain, "sovereign_uplift_multiplier": 1.2})

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from opencode_gateway.opencode.seccomp import _NUMBERS, DENIED, DENIED_IOCTLS, filter_fd, filter_program
+from opencode_gateway.opencode.seccomp import DENIED, DENIED_IOCTLS, SYSCALL_NUMBERS, filter_fd, filter_program
 
 CALLS = r"""
 import ctypes, json, sys
@@ -40,7 +40,7 @@ def test_the_program_is_whole_instructions_for_each_architecture() -> None:
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap loads the filter")
 def test_every_denied_call_gets_eperm_and_the_rest_go_through() -> None:
-    numbers = _NUMBERS[platform.machine()]
+    numbers = SYSCALL_NUMBERS[platform.machine()]
     spec = {"calls": {name: numbers[name] for name in DENIED}, "ioctl": numbers["ioctl"], "ioctls": list(DENIED_IOCTLS)}
     fd = filter_fd()
     try:

@@ -11,10 +11,10 @@ from pathlib import Path
 from ...errors import LedgerError
 from .owners import gone
 
-__all__ = ["SCHEMA_VERSION", "abandon", "connect", "ledger_error"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "abandon", "connect", "ledger_error"]
 
 # Each entry migrates a ledger from the version before it; PRAGMA user_version says where a file is.
-_MIGRATIONS: tuple[str, ...] = (
+MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE runs (
         run_id TEXT PRIMARY KEY,
@@ -71,7 +71,7 @@ _MIGRATIONS: tuple[str, ...] = (
     # What prompt caching saved (pricing.Cost.cache_saved; NULL: no price known, or an older row).
     "ALTER TABLE requests ADD COLUMN cache_saved REAL",
 )
-SCHEMA_VERSION = len(_MIGRATIONS)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
@@ -115,7 +115,7 @@ def _migrate(connection: sqlite3.Connection) -> None:
     try:
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         for number in range(version, SCHEMA_VERSION):
-            for statement in filter(str.strip, _MIGRATIONS[number].split(";")):
+            for statement in filter(str.strip, MIGRATIONS[number].split(";")):
                 connection.execute(statement)
         connection.execute(f"PRAGMA user_version={max(version, SCHEMA_VERSION)}")
         connection.execute("COMMIT")

@@ -24,12 +24,12 @@ from ..records import RequestRecord, RunUsage
 from .owners import this_process
 from .schema import abandon, connect, ledger_error
 
-__all__ = ["Ledger", "RunLedger"]
+__all__ = ["REQUEST_COLUMNS", "Ledger", "RunLedger"]
 
 T = TypeVar("T")
 
 # A request's row, column by column (the order record_request writes them in).
-_REQUEST_COLUMNS = (
+REQUEST_COLUMNS = (
     "request_id",
     "run_id",
     "session_id",
@@ -56,7 +56,7 @@ _REQUEST_COLUMNS = (
     "cache_saved",
 )
 _INSERT_REQUEST = (
-    f"INSERT INTO requests ({', '.join(_REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(_REQUEST_COLUMNS))})"
+    f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})"
 )
 
 
