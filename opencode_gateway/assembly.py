@@ -27,7 +27,9 @@ from .opencode.purpose import routed_model
 from .opencode.sessions import prune_sessions
 from .opencode.workspace import Workspace
 from .plan import Plan
+from .result import RunResult
 from .settings import RunSettings
+from .traces import RunSpan, Tracing, root_attributes, tracing_for
 from .wiring import opencode_env, upstream_for
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ __all__ = [
     "live_event",
     "opencode_process",
     "router",
+    "run_root",
+    "run_tracing",
     "silent_mcp_servers",
     "targets",
     "tool_names",
@@ -197,6 +201,44 @@ def opencode_process(
     return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
 
 
+def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:
+    """The run's Tracing (None: traces not asked for), made once, in the warm-up if it is first."""
+    made: list[Tracing | None] = []
+
+    def tracing() -> Tracing | None:
+        if not made:
+            made.append(tracing_for(settings.otel, settings.secrets, settings.environ))
+        return made[0]
+
+    return tracing
+
+
+def run_root(result: RunResult, settings: RunSettings, ended_at: float) -> RunSpan:
+    """A run's root span: its model, attribution, outcome and totals."""
+    metadata = settings.metadata
+    attributes = root_attributes(result.model, result.mode, result.usage, result.cost, metadata, settings.tags)
+    attributes.update(
+        {
+            "opencode_gateway.outcome": result.stop_reason,
+            "gen_ai.conversation.id": result.session_id,
+            "opencode_gateway.sandbox": result.sandbox,
+            "opencode_gateway.cache_saved": result.cache_saved,
+        }
+    )
+    error = None if result.error is None else str(result.error)
+    batch = metadata.get("batch_id")
+    return RunSpan(
+        result.run_id,
+        "run",
+        result.model,
+        ended_at - result.duration_s,
+        ended_at,
+        attributes,
+        None if batch is None else str(batch),
+        error,
+    )
+
+
 def warm_up(settings: RunSettings, keep: str | None) -> None:
     """While OpenCode starts: the kept sessions past their days removed (each is ~1 MB), but the
     one this run continues; and what the first request needs, imported (litellm, ~2.4 s, in SDK
@@ -204,6 +246,7 @@ def warm_up(settings: RunSettings, keep: str | None) -> None:
     litellm for its own sake, a proxy reports each stream's cost or its bundled price map prices it)."""
     if settings.keep_sessions_days is not None:
         prune_sessions(settings.data_dir, settings.keep_sessions_days, keep=keep)
+    run_tracing(settings)()  # the OpenTelemetry SDK, when traces are asked for
     if settings.mode == "sdk":
         _litellm.load()
     else:

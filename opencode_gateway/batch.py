@@ -9,25 +9,25 @@ ends, and the ledger knows each run's batch and task (metadata `batch_id`, `task
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import dataclasses
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 from .accounting.ledger import RunLedger, finished_values
-from .accounting.report import render_table
+from .accounting.records import RunUsage
 from .api import check
 from .errors import GatewayError, SettingsError
-from .events import Event, RequestFinished
+from .events import Event
 from .plan import prepare
-from .result import OutputInvalid, RunResult
+from .progress import Progress, summary
+from .result import OutputInvalid
 from .settings import Settings
-from .tasks import FOLDER_NAME, Task, load_tasks
+from .tasks import Batch, Outcome, Task, load_tasks
+from .traces import RunSpan, root_attributes, tracing_for
 
 __all__ = [
     "Batch",
@@ -48,140 +48,6 @@ __all__ = [
 _MARKER = ".{}.made-by-opencode-gateway"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One task's end: its RunResult, or the error that kept it from running."""
-
-    task_id: str
-    result: RunResult | None
-    error: GatewayError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.result is not None and self.result.ok
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.result is not None:
-            return {"task_id": self.task_id, **self.result.to_dict(events=False)}
-        error = self.error.to_dict() if self.error else None
-        return {"task_id": self.task_id, "stop_reason": "error", "error": error}
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A tasks file and where its work goes."""
-
-    tasks_file: Path
-    batch_id: str
-    workdir_root: Path
-    results_file: Path
-
-    @classmethod
-    def of(
-        cls,
-        tasks_file: Path,
-        *,
-        batch_id: str | None = None,
-        workdir_root: Path | None = None,
-        results_file: Path | None = None,
-    ) -> Batch:
-        """Defaults beside the tasks file; the batch id is stable for a file, so --resume finds it."""
-        path = tasks_file.resolve()
-        stem = path.stem
-        default_id = f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
-        if batch_id is not None and not FOLDER_NAME.match(batch_id):
-            raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ - (not . or ..)")
-        return cls(
-            path,
-            batch_id or default_id,
-            (workdir_root or path.parent / f"{stem}.work").resolve(),
-            (results_file or path.parent / f"{stem}.results.jsonl").resolve(),
-        )
-
-
-class Progress:
-    """The batch's state on stderr: on a terminal, a live table of the running tasks under the
-    finished ones (console.py); plain lines otherwise."""
-
-    def __init__(
-        self, batch: Batch, total: int, concurrency: int, out: TextIO = sys.stderr, live: bool | None = None
-    ) -> None:
-        self.batch, self.total, self.concurrency, self.out = batch, total, concurrency, out
-        self.live = out.isatty() if live is None else live
-        self.running: dict[str, RequestFinished | None] = {}  # task -> its latest request's totals
-        self.requests: dict[str, int] = {}  # task -> its requests so far
-        self.since: dict[str, float] = {}  # task -> when it started (monotonic)
-        self.outcomes: list[Outcome] = []
-        self.durations: list[float] = []
-        self._view: Any = None  # console.BatchView, imported (rich) only for a terminal
-        if self.live:
-            from .console import BatchView
-
-            self._view = BatchView(out, self)
-
-    def started(self, task_id: str) -> None:
-        self.running[task_id] = None
-        self.requests[task_id] = 0
-        self.since[task_id] = time.monotonic()
-        if not self.live:
-            self._print(f"{task_id}: started")
-
-    def event(self, task_id: str, event: Event) -> None:
-        if isinstance(event, RequestFinished):
-            self.running[task_id] = event
-            self.requests[task_id] = self.requests.get(task_id, 0) + 1
-
-    def finished(self, outcome: Outcome, duration: float) -> None:
-        self.running.pop(outcome.task_id, None)
-        self.outcomes.append(outcome)
-        self.durations.append(duration)
-        result = outcome.result
-        if result is not None:
-            cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
-            requests = result.usage.requests
-            detail = f"{requests} request{'s' if requests != 1 else ''} · {cost}"
-        else:
-            detail = str(outcome.error)
-        status = "done" if outcome.ok else f"FAILED ({result.stop_reason if result else 'error'})"
-        self._print(f"{outcome.task_id}: {status} · {detail} · {duration:.1f} s")
-
-    def line(self) -> str:
-        done = sum(o.ok for o in self.outcomes)
-        failed = len(self.outcomes) - done
-        tokens = sum(o.result.usage.input_tokens + o.result.usage.output_tokens for o in self.outcomes if o.result)
-        tokens += sum(e.run_tokens for e in self.running.values() if e)
-        costs = [o.result.cost for o in self.outcomes if o.result] + [e.run_cost for e in self.running.values() if e]
-        cost = "$" + _cost_total(costs)
-        left = self.total - len(self.outcomes)
-        eta = ""
-        if self.durations and left:
-            seconds = sum(self.durations) / len(self.durations) * left / self.concurrency
-            eta = f" · ETA {int(seconds // 60)}:{int(seconds % 60):02d}"
-        return (
-            f"batch {self.batch.batch_id}: {done}/{self.total} done · {failed} failed · {len(self.running)} "
-            f"running · {tokens:,} tokens · {cost}{eta}"
-        )
-
-    def _print(self, text: str) -> None:
-        if self._view is not None:
-            self._view.print(text)
-        else:
-            self.out.write(text + "\n" + self.line() + "\n")
-
-    def open(self) -> None:
-        if self._view is not None:
-            self._view.start()
-
-    def close(self) -> None:
-        if self._view is not None:
-            self._view.stop()
-
-
-def _cost_total(costs: Sequence[float | None]) -> str:
-    """The sum of the priced costs, and a note when some could not be priced (never a silent 0)."""
-    return f"{sum(c or 0.0 for c in costs):.6f}" + (" + unpriced" if None in costs else "")
-
-
 def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
     """The task's run() arguments: its metadata and tags add to the batch's."""
     options = dict(task.options)
@@ -193,43 +59,6 @@ def _options(task: Task, batch: Batch, settings: Settings) -> dict[str, Any]:
     }
     options["tags"] = [*settings.tags, *options.get("tags", [])]
     return options
-
-
-def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
-    """One row per task and a total (its seconds: the batch's wall time, `wall_s`, not the sum of
-    its tasks'): what a person reads when the batch is over."""
-    rows = []
-    for outcome in outcomes:
-        result = outcome.result
-        if result is None:
-            rows.append([outcome.task_id, "error", "0", "0", "0", "-", "0.0"])
-            continue
-        rows.append(
-            [
-                outcome.task_id,
-                result.stop_reason,
-                str(result.usage.requests),
-                f"{result.usage.input_tokens:,}",
-                f"{result.usage.output_tokens:,}",
-                "unknown" if result.cost is None else f"{result.cost:.6f}",
-                f"{result.duration_s:.1f}",
-            ]
-        )
-    results = [o.result for o in outcomes if o.result is not None]
-    costs = [r.cost for r in results]
-    ok = sum(o.ok for o in outcomes)
-    rows.append(
-        [
-            f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)",
-            "",
-            str(sum(r.usage.requests for r in results)),
-            f"{sum(r.usage.input_tokens for r in results):,}",
-            f"{sum(r.usage.output_tokens for r in results):,}",
-            _cost_total(costs),
-            f"{wall_s:.1f}",
-        ]
-    )
-    return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
 
 
 def fresh_workdir(task: Task, batch: Batch) -> Path:
@@ -363,9 +192,12 @@ async def run_batch(
         return outcome
 
     progress.open()
+    started = time.time()
     running = [asyncio.ensure_future(one(task)) for task in todo]
     try:
-        return list(await asyncio.gather(*running))
+        outcomes = list(await asyncio.gather(*running))
+        _trace_batch(batch, settings, outcomes, started)
+        return outcomes
     except BaseException:  # interrupted: every task cancelled and awaited, no exception left unretrieved
         for future in running:
             future.cancel()
@@ -373,6 +205,26 @@ async def run_batch(
         raise
     finally:
         progress.close()
+
+
+def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], started: float) -> None:
+    """The batch's own span, which each of its runs' traces links to (traces.py), with its totals."""
+    tracing = tracing_for(settings.otel, settings.secrets)
+    if tracing is None:
+        return
+    results = [o.result for o in outcomes if o.result is not None]
+    usage = RunUsage(**{f.name: sum(getattr(r.usage, f.name) for r in results) for f in dataclasses.fields(RunUsage)})
+    costs = [r.cost for r in results]
+    cost = None if None in costs else sum(c or 0.0 for c in costs)
+    attributes = root_attributes(settings.model or "", "", usage, cost, settings.metadata, settings.tags)
+    attributes.update(
+        {
+            "opencode_gateway.batch_id": batch.batch_id,
+            "opencode_gateway.tasks": len(outcomes),
+            "opencode_gateway.failed": sum(not o.ok for o in outcomes),
+        }
+    )
+    tracing.root(RunSpan(batch.batch_id, "batch", settings.model or "", started, time.time(), attributes))
 
 
 def _kept_results(results_file: Path, finished: set[str]) -> list[str]:

@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.records import RequestRecord
+from .accounting.run import Totals
 from .assembly import (
     Parts,
     account_for,
     endpoint_app,
     live_event,
     opencode_process,
+    run_root,
+    run_tracing,
     silent_mcp_servers,
     targets,
     tool_names,
@@ -47,6 +50,7 @@ from .ordering import CausalOrder
 from .plan import Plan
 from .provider import Preflight
 from .result import OutputInvalid, RunResult
+from .traces import RunTrace
 
 if TYPE_CHECKING:
     from .endpoint.routing import Target
@@ -143,6 +147,22 @@ def _happened(
     )
 
 
+def _finished(record: RequestRecord, totals: Totals) -> RequestFinished:
+    """A request's end, as an event: its usage and cost, and the run's totals so far."""
+    usage = totals.usage
+    return RequestFinished(
+        record.session_id,
+        request_id=record.request_id,
+        status_code=record.status_code,
+        usage=record.usage.to_dict() if record.usage else None,
+        cost=record.cost.usd,
+        cost_source=record.cost.source,
+        run_tokens=usage.input_tokens + usage.output_tokens,
+        run_cost=totals.cost,
+        error=record.error,
+    )
+
+
 class _Run:
     """One run while it goes: where its records and events arrive, and what ends it early. Its
     account keeps the records and the ledger row; this passes them on as events, and stops
@@ -157,6 +177,7 @@ class _Run:
         self.on_event = on_event
         self.deltas = deltas
         self.account = account_for(plan.settings, ledger, self.recorded)
+        self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id)
         self.offered: set[str] = set()  # the tools OpenCode offered the model (an MCP server's among them?)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
@@ -170,20 +191,8 @@ class _Run:
         """A request's record, counted (and committed) by the account: out as an event. The
         endpoint has already retried what can be retried; OpenCode would retry again for minutes
         (or forever, after a cut stream), and a refused call would be retried too: end the run."""
-        usage = self.account.totals.usage
-        self.seen(
-            RequestFinished(
-                record.session_id,
-                request_id=record.request_id,
-                status_code=record.status_code,
-                usage=record.usage.to_dict() if record.usage else None,
-                cost=record.cost.usd,
-                cost_source=record.cost.source,
-                run_tokens=usage.input_tokens + usage.output_tokens,
-                run_cost=self.account.totals.cost,
-                error=record.error,
-            )
-        )
+        self.trace.request(record)
+        self.seen(_finished(record, self.account.totals))
         if self.fatal is None and self.refusal is None:  # what ends the run is what came first
             if self.account.refusal is not None:
                 self.refusal = self.account.refusal
@@ -197,6 +206,7 @@ class _Run:
     def printed(self, event: Event) -> None:
         """An event of OpenCode's own (its stdout)."""
         self.seen(event)
+        self.trace.event(event)
         self.order.saw(event)
 
     def seen(self, event: Event) -> None:
@@ -281,6 +291,7 @@ class _Run:
     def _result(self, happened: Happened) -> RunResult:
         """The result, the ledger row closed with it; an invalid output is raised."""
         result = conclude(happened, self.plan.output)
+        self.trace.end(run_root(result, self.settings, time.time()))
         error = result.error
         self.account.row.finish(result.session_id, result.stop_reason, None if error is None else str(error))
         ledger = self.account.ledger

@@ -7,7 +7,9 @@ file.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
+import importlib.util
 import math
 import os
 import re
@@ -108,20 +110,17 @@ class Settings:
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
     executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (ray_executor.py)
+    # OpenTelemetry traces of every run (traces.py: endpoint, headers, content, service_name); None:
+    # only when the standard OTEL_EXPORTER_OTLP_* variables name a collector.
+    otel: Mapping[str, Any] | None = None
+    metrics_token: str | None = field(default=None, repr=False)  # serve's /metrics, besides the admin token
+    metrics_labels: tuple[str, ...] = ()  # metadata keys serve's metrics are labelled by (a bounded set)
     keep_sessions_days: float | None = 30.0  # kept sessions unused this long are pruned at a run's start
     # The environment, read once by validated(): the gateway's URL and key fall back to it, and
     # every credential in it is a secret to redact. None until then (read when asked).
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
     # Files the gateway read its settings or a key from: a sandbox hides them wherever they are.
     secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled (a batch task shipped to a Ray worker) as plain values: a mappingproxy cannot be.
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return _unpickled, (
-            type(self),
-            {name: dict(value) if isinstance(value, MappingProxyType) else value for name, value in values.items()},
-        )
 
     @property
     def budget(self) -> Budget:
@@ -213,7 +212,9 @@ class Settings:
     def secrets(self) -> tuple[str, ...]:
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
-        return held_secrets(self._environ, (self.api_key, self.gateway_api_key))
+        headers = (self.otel or {}).get("headers") or {}  # a collector's key, e.g. Langfuse's
+        given = (self.api_key, self.gateway_api_key, self.metrics_token, *headers.values())
+        return held_secrets(self._environ, given)
 
 
 def _typed(given: dict[str, Any]) -> dict[str, Any]:
@@ -228,8 +229,8 @@ def _typed(given: dict[str, Any]) -> dict[str, Any]:
         )
     if "budgets" in given:
         given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-    for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes"):
-        if name in given:
+    for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes", "otel"):
+        if given.get(name) is not None:
             given[name] = _frozen(given[name])
     for name in (
         "tags",
@@ -239,10 +240,18 @@ def _typed(given: dict[str, Any]) -> dict[str, Any]:
         "env",
         "sandbox_allow_write",
         "sandbox_allow_read",
+        "metrics_labels",
     ):
         if name in given:
             given[name] = tuple(given[name])
     return given
+
+
+def _reduced(settings: Settings) -> tuple[Any, ...]:
+    """Settings pickled (a batch task shipped to a Ray worker) as plain values: a mappingproxy cannot be."""
+    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    plain = {name: dict(value) if isinstance(value, MappingProxyType) else value for name, value in values.items()}
+    return _unpickled, (type(settings), plain)
 
 
 def _unpickled(kind: type[Settings], values: dict[str, Any]) -> Settings:
@@ -258,6 +267,10 @@ class RunSettings(Settings):
 
     model: str = ""
     environ: Mapping[str, str] = field(default_factory=_frozen, repr=False, compare=False, metadata={"setting": False})
+
+
+copyreg.pickle(Settings, _reduced)
+copyreg.pickle(RunSettings, _reduced)
 
 
 def _check(settings: RunSettings) -> None:
@@ -289,9 +302,25 @@ def _check(settings: RunSettings) -> None:
         if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
             raise SettingsError(f"{name} {value} is invalid: give a number above 0")
     settings.sandbox_config.check()
+    _check_otel(settings)
     settings.agent_config.check(
         settings.environ, gateway_keys(settings.environ, (settings.api_key, settings.gateway_api_key))
     )
+
+
+def _check_otel(settings: RunSettings) -> None:
+    """Traces asked for (`otel`, or the standard variables) need the `otel` extra; serve's metric
+    labels are metadata keys, each one label."""
+    from .traces import INSTALL, OtelConfig
+
+    if (
+        OtelConfig.wanted(settings.otel, settings.environ) is not None
+        and importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None
+    ):
+        raise SettingsError(f"otel settings need OpenTelemetry's SDK and OTLP exporter, not installed: {INSTALL}")
+    for key in settings.metrics_labels:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise SettingsError(f"metrics_labels: {key!r} is not a metadata key usable as a label (letters, digits, _)")
 
 
 def check_routes(model: str, routes: Mapping[str, str]) -> None:

@@ -1,9 +1,11 @@
-"""A batch's tasks file: one JSON object a line, each a task (an id that names its folder, a
+"""A batch (a tasks file and where its work goes), its tasks and their outcomes. The tasks file:
+one JSON object a line, each a task (an id that names its folder, a
 prompt, and the `run()` arguments a task may set), checked whole before any task runs; an error
 names the line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -11,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SettingsError
+from .errors import GatewayError, SettingsError
 from .options import task_kinds
+from .result import RunResult
 from .settings_file import beside
 
-__all__ = ["BATCH_KEYS", "FOLDER_NAME", "Task", "load_tasks"]
+__all__ = ["BATCH_KEYS", "FOLDER_NAME", "Batch", "Outcome", "Task", "load_tasks"]
 
 FOLDER_NAME = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,100}$")  # a plain folder name: never . or ..
 # A task's keys beyond id and prompt, and their types; each is the `run()` argument of that name.
@@ -86,3 +89,54 @@ def load_tasks(path: Path) -> tuple[Task, ...]:
     if not tasks:
         raise SettingsError(f'{path} holds no tasks: one JSON object a line, e.g. {{"id": "t1", "prompt": "..."}}')
     return tuple(tasks.values())
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A tasks file and where its work goes."""
+
+    tasks_file: Path
+    batch_id: str
+    workdir_root: Path
+    results_file: Path
+
+    @classmethod
+    def of(
+        cls,
+        tasks_file: Path,
+        *,
+        batch_id: str | None = None,
+        workdir_root: Path | None = None,
+        results_file: Path | None = None,
+    ) -> Batch:
+        """Defaults beside the tasks file; the batch id is stable for a file, so --resume finds it."""
+        path = tasks_file.resolve()
+        stem = path.stem
+        default_id = f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        if batch_id is not None and not FOLDER_NAME.match(batch_id):
+            raise SettingsError(f"batch id {batch_id!r} is invalid: use letters, digits, . _ - (not . or ..)")
+        return cls(
+            path,
+            batch_id or default_id,
+            (workdir_root or path.parent / f"{stem}.work").resolve(),
+            (results_file or path.parent / f"{stem}.results.jsonl").resolve(),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One task's end: its RunResult, or the error that kept it from running."""
+
+    task_id: str
+    result: RunResult | None
+    error: GatewayError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None and self.result.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.result is not None:
+            return {"task_id": self.task_id, **self.result.to_dict(events=False)}
+        error = self.error.to_dict() if self.error else None
+        return {"task_id": self.task_id, "stop_reason": "error", "error": error}

@@ -93,6 +93,8 @@ class ToolResult(Event):
     output: str = ""
     is_error: bool = False
     title: str = ""  # OpenCode's one-line title of the call (the command, the file)
+    started_at: float | None = None  # when OpenCode ran it (Unix seconds), as OpenCode says
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,16 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
             output=str(output or ""),
             is_error=is_error,
             title=str(state.get("title") or ""),
+            started_at=_seconds(_mapping(state.get("time")).get("start")),
+            ended_at=_seconds(_mapping(state.get("time")).get("end")),
         ),
     ]
+
+
+def _seconds(milliseconds: Any) -> float | None:
+    return (
+        milliseconds / 1000 if isinstance(milliseconds, (int, float)) and not isinstance(milliseconds, bool) else None
+    )
 
 
 def _error_event(session_id: str | None, error: Any) -> Error:
