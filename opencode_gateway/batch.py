@@ -213,7 +213,8 @@ def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], 
     if tracing is None:
         return
     results = [o.result for o in outcomes if o.result is not None]
-    usage = RunUsage(**{f.name: sum(getattr(r.usage, f.name) for r in results) for f in dataclasses.fields(RunUsage)})
+    counts = [f.name for f in dataclasses.fields(RunUsage) if isinstance(getattr(RunUsage(), f.name), int)]
+    usage = RunUsage(**{name: sum(getattr(r.usage, name) for r in results) for name in counts})
     costs = [r.cost for r in results]
     cost = None if None in costs else sum(c or 0.0 for c in costs)
     attributes = root_attributes(settings.model or "", "", usage, cost, settings.metadata, settings.tags)

@@ -31,6 +31,7 @@ from .errors import GatewayError, SettingsError
 from .events import Event, RequestFinished
 from .litellm_gateway.protocol import ModelRoute
 from .settings import Settings
+from .traces import flush as flush_traces
 
 __all__ = ["INSTALL", "RayExecutor", "load_ray"]
 
@@ -117,7 +118,10 @@ def _on_worker(
             queue.put(("event", task.id, event))
 
     ledger = _QueuedLedger(queue, task.id, answers)
-    return asyncio.run(owning_loop(run_task(task, batch, settings, options, on_event, ledger=ledger)))
+    try:
+        return asyncio.run(owning_loop(run_task(task, batch, settings, options, on_event, ledger=ledger)))
+    finally:
+        flush_traces()  # its run's trace sent before Ray may end this worker
 
 
 def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:

@@ -12,6 +12,7 @@ it. A session id is scoped to its launch's token: one launch can never add to an
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 import secrets
@@ -42,7 +43,9 @@ from .endpoint.upstream import Upstream
 from .errors import SettingsError
 from .launch import Launch, ServerState, server_socket, server_token
 from .litellm_gateway.protocol import ModelRoute
+from .metrics import CONTENT_TYPE, Metrics
 from .settings import Settings, check_routes
+from .traces import RunSpan, root_attributes, tracing_for
 from .wiring import upstream_for
 
 __all__ = ["SessionRouter", "serve", "server_app"]
@@ -71,7 +74,7 @@ class _SessionRun:
             tag_metadata_keys=settings.tag_metadata_keys,
         )
         self.targets: dict[str, Target] = {}
-        self.ended_at = time.time()
+        self.started_at = self.ended_at = time.time()
         self.account.row.open(
             model=launch.model,
             mode=ModelRoute.of(launch.model).mode,
@@ -87,12 +90,23 @@ class _SessionRun:
         return self.targets[model]
 
     def recorded(self, record: RequestRecord) -> None:
-        self.router.recorded(record)
+        self.router.recorded(record, self)
         self.ended_at = max(self.ended_at, record.started_at + record.duration_s)
         self.update(None)
 
     def update(self, stop_reason: str | None) -> None:
         self.account.row.update(ended_at=self.ended_at, session_id=self.session_id, stop_reason=stop_reason)
+
+    def root(self) -> RunSpan:
+        """The session's root span: its launch's attribution and its totals."""
+        totals = self.account.totals
+        attributes = root_attributes(
+            self.model, ModelRoute.of(self.model).mode, totals.usage, totals.cost, self.metadata, self.tagging.all_tags
+        )
+        attributes.update(
+            {"gen_ai.conversation.id": self.session_id, "opencode_gateway.launch_id": self.launch.launch_id}
+        )
+        return RunSpan(self.account.run_id, "session", self.model, self.started_at, self.ended_at, attributes)
 
 
 class SessionRouter:
@@ -111,6 +125,8 @@ class SessionRouter:
         self.pricer = Pricer(settings.pricing)
         self.totals = Totals()
         self.model_totals: dict[str, Totals] = {}
+        self.metrics = Metrics(settings.metrics_labels, self.in_flight)
+        self.tracing = tracing_for(settings.otel, settings.secrets)
 
     def mint(self, launch: Launch) -> str:
         token = secrets.token_urlsafe(32)
@@ -154,9 +170,15 @@ class SessionRouter:
             run = self.sessions[key] = _SessionRun(self, launch, key[1], self.limits[launch.launch_id])
         return run.target(model)
 
-    def recorded(self, record: RequestRecord) -> None:
+    def recorded(self, record: RequestRecord, run: _SessionRun) -> None:
         self.totals.add(record)
         self.model_totals.setdefault(record.model, Totals()).add(record)
+        self.metrics.recorded(record, run.metadata)
+        if self.tracing is not None:
+            self.tracing.request(run.account.run_id, record)
+
+    def in_flight(self) -> int:
+        return sum(limits.in_flight for limits in self.limits.values())
 
     def stats(self) -> dict[str, Any]:
         """Requests, tokens and cost since the server started, in all, per session and per model."""
@@ -179,8 +201,13 @@ class SessionRouter:
         }
 
     def close(self) -> None:
+        """Every session's run closed; with traces, its root sent (its requests went as they ended)."""
         for run in self.sessions.values():
             run.update("done")
+            if self.tracing is not None:
+                self.tracing.root(run.root())
+        if self.tracing is not None:
+            self.tracing.close()
 
 
 def server_app(
@@ -205,6 +232,14 @@ def server_app(
     async def statistics(request: Request) -> Response:
         return JSONResponse(router.stats()) if access.is_admin(request) else not_admin()
 
+    async def metrics(request: Request) -> Response:
+        """The admin token, a login, or `metrics_token` (a scraper's); never a launch's token."""
+        token = bearer(request.headers) or ""
+        scraper = settings.metrics_token is not None and hmac.compare_digest(token, settings.metrics_token)
+        if not (scraper or access.is_admin(request)):
+            return not_admin()
+        return Response(router.metrics.exposition(), media_type=CONTENT_TYPE)
+
     endpoint = Endpoint(
         router=router,
         secrets=(*settings.secrets, admin_token),
@@ -216,6 +251,7 @@ def server_app(
     routes = [
         Route("/launches", launches, methods=["POST"]),
         Route("/stats", statistics, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         *dashboard_routes(access, settings.ledger_path, lambda: list(reversed(router.stats()["sessions"]))),
     ]
     return create_app(endpoint, routes), router

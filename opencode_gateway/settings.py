@@ -313,14 +313,19 @@ def _check_otel(settings: RunSettings) -> None:
     labels are metadata keys, each one label."""
     from .traces import INSTALL, OtelConfig
 
-    if (
-        OtelConfig.wanted(settings.otel, settings.environ) is not None
-        and importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is None
-    ):
+    wanted = OtelConfig.wanted(settings.otel, settings.environ) is not None
+    if wanted and not _installed("opentelemetry.exporter.otlp.proto.http"):
         raise SettingsError(f"otel settings need OpenTelemetry's SDK and OTLP exporter, not installed: {INSTALL}")
     for key in settings.metrics_labels:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise SettingsError(f"metrics_labels: {key!r} is not a metadata key usable as a label (letters, digits, _)")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or blocked
+        return False
 
 
 def check_routes(model: str, routes: Mapping[str, str]) -> None:

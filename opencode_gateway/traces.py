@@ -24,8 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 from .accounting.records import RequestRecord, RunUsage
@@ -33,7 +32,7 @@ from .credentials import redact
 from .errors import SettingsError
 from .opencode.lines import ToolResult
 
-__all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "root_attributes", "tracing_for"]
+__all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "flush", "root_attributes", "tracing_for"]
 
 INSTALL = "pip install 'opencode-gateway[otel]'"
 _QUEUE = 4096  # spans waiting to be sent; more are dropped (counted by the SDK), never waited for
@@ -48,7 +47,7 @@ class OtelConfig:
     (the SDK reads them); header values are secrets (written `os.environ/NAME` in a file)."""
 
     endpoint: str | None = None  # the traces URL, e.g. http://collector:4318/v1/traces
-    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    headers: tuple[tuple[str, str], ...] = ()  # (name, value): a config is a key of the per-process cache
     content: bool = False  # prompts' answers and tools' input and output in the spans
     service_name: str = "opencode-gateway"
 
@@ -71,7 +70,7 @@ class OtelConfig:
             raise SettingsError("otel.content must be true or false")
         return cls(
             endpoint,
-            MappingProxyType(dict(headers)),
+            tuple(sorted(headers.items())),
             setting.get("content", False),
             str(setting.get("service_name") or "opencode-gateway"),
         )
@@ -303,6 +302,13 @@ def tracing_for(
             _TRACING[config] = tracing = Tracing(config, tuple(secrets))
             atexit.register(tracing.close)
         return _TRACING[config]
+
+
+def flush(timeout_s: float = _SEND_TIMEOUT_S) -> None:
+    """Send what this process has queued, waiting at most `timeout_s` (a Ray worker, whose
+    process Ray may end without its exit hooks, after each task)."""
+    for tracing in list(_TRACING.values()):
+        tracing.provider.force_flush(int(timeout_s * 1000))
 
 
 def _ns(seconds: float) -> int:

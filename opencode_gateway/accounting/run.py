@@ -255,6 +255,11 @@ class RunAccount:
         self._ended = asyncio.Event()  # set whenever a call in flight ends
         self._costliest: float | None = None  # the highest cost a call of this run has had
 
+    @property
+    def in_flight(self) -> int:
+        """Calls admitted and not yet ended."""
+        return len(self._in_flight)
+
     def add(self, record: RequestRecord) -> None:
         """A request ended (or was refused): count it, commit its row, and release what it had
         reserved."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.phoenix import Phoenix
 from tests.support.scripted_upstream import ScriptedUpstream
 from tests.support.serving import CLI
 
@@ -81,3 +82,14 @@ def page(browser: Any) -> Iterator[Any]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def phoenix() -> Iterator[Phoenix]:
+    """Arize Phoenix receiving OTLP on loopback; shared by the session (each test finds its own
+    trace by its run's id)."""
+    started = Phoenix()
+    try:
+        yield started.start()
+    finally:
+        started.stop()
