@@ -120,3 +120,8 @@ def test_to_dict_carries_the_type() -> None:
 
 def test_samples_exist() -> None:
     assert len(list(Path(SAMPLES).glob("*.jsonl"))) >= 10
+
+
+def test_a_tool_result_carries_when_opencode_ran_it() -> None:
+    [result] = [e for e in events("tool_bash") if isinstance(e, ToolResult)]
+    assert result.started_at == 1796207008.955 and result.ended_at == 1796207009.45
