@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ from typing import Any
 from .accounting.records import RequestRecord, RunUsage
 from .credentials import redact
 from .errors import SettingsError
-from .opencode.lines import ToolResult
+from .opencode.lines import ToolCall, ToolResult
 
 __all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "flush", "root_attributes", "tracing_for"]
 
@@ -125,14 +126,17 @@ class RunTrace:
     def __init__(self, tracing: Callable[[], Tracing | None], run_id: str) -> None:
         self._tracing = tracing
         self.run_id = run_id
+        self._inputs: dict[str, Mapping[str, Any]] = {}  # a tool call's input, until its result
 
     def request(self, record: RequestRecord) -> None:
         if (tracing := self._tracing()) is not None:
             tracing.request(self.run_id, record)
 
     def event(self, event: object) -> None:
-        if isinstance(event, ToolResult) and (tracing := self._tracing()) is not None:
-            tracing.tool(self.run_id, event)
+        if isinstance(event, ToolCall):  # its input goes with its result, when content is sent
+            self._inputs[event.call_id] = event.input
+        elif isinstance(event, ToolResult) and (tracing := self._tracing()) is not None:
+            tracing.tool(self.run_id, event, self._inputs.pop(event.call_id, None))
 
     def end(self, root: RunSpan) -> None:
         if (tracing := self._tracing()) is not None:
@@ -234,7 +238,7 @@ class Tracing:
             None if record.ok else record.error or f"HTTP {record.status_code}",
         )
 
-    def tool(self, run_id: str, event: ToolResult) -> None:
+    def tool(self, run_id: str, event: ToolResult, tool_input: Mapping[str, Any] | None = None) -> None:
         """An OpenCode tool call's span (`execute_tool <tool>`), child of its run's root: the tool,
         its title and how it ended; its input and output only with `otel.content`."""
         if event.started_at is None or event.ended_at is None:
@@ -249,6 +253,7 @@ class Tracing:
         }
         if self.config.content:
             attributes["opencode_gateway.tool.output"] = redact(event.output, self.secrets)[:10_000]
+            attributes["opencode_gateway.tool.input"] = redact(json.dumps(tool_input or {}), self.secrets)[:10_000]
         self._span(
             f"execute_tool {event.tool}",
             event.started_at,
