@@ -15,9 +15,9 @@ from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.launch import Launch
 from opencode_gateway.metrics import MAX_VALUES, Metrics
-from opencode_gateway.serve import server_app
 from opencode_gateway.settings import Settings
 from tests.support.builders import record
+from tests.support.serving import serve_client
 from tests.test_serve import ADMIN, GATEWAY, NO_CACHING, TOKEN, chat, mint, stream_body
 
 pytestmark = pytest.mark.anyio
@@ -35,12 +35,8 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         metrics_labels=("ticket",),
     )
     ledger = Ledger(settings.ledger_path)
-    app, router = server_app(settings, ledger, TOKEN)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as c:
+    async with serve_client(settings, ledger, TOKEN) as c:
         yield c
-    router.close()
-    for upstream in router.upstreams.values():
-        await upstream.aclose()
     ledger.close()
 
 

@@ -22,6 +22,7 @@ from opencode_gateway.errors import SettingsError
 from opencode_gateway.launch import Launch, ServerState, server_token
 from opencode_gateway.serve import server_app
 from opencode_gateway.settings import Settings
+from tests.support.serving import serve_client
 
 pytestmark = pytest.mark.anyio
 GATEWAY = "http://gateway.test"
@@ -65,12 +66,8 @@ def ledger(settings: Settings) -> Iterator[Ledger]:
 
 @pytest.fixture
 async def client(settings: Settings, ledger: Ledger) -> AsyncIterator[httpx.AsyncClient]:
-    app, router = server_app(settings, ledger, TOKEN)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as c:
+    async with serve_client(settings, ledger, TOKEN) as c:
         yield c
-    router.close()
-    for upstream in router.upstreams.values():
-        await upstream.aclose()
 
 
 ADMIN = {"authorization": f"Bearer {TOKEN}"}

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+import httpx
+
+from opencode_gateway.accounting.ledger import Ledger
+from opencode_gateway.serve import server_app
+from opencode_gateway.settings import Settings
 
 CLI = [sys.executable, "-m", "opencode_gateway"]
 
@@ -25,3 +33,14 @@ def launch(env: dict[str, str], workdir: Path, *args: str) -> subprocess.Complet
 
 def sessions(stdout: str) -> set[str]:
     return {json.loads(line)["sessionID"] for line in stdout.splitlines() if line.startswith("{")}
+
+
+@asynccontextmanager
+async def serve_client(settings: Settings, ledger: Ledger, admin_token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """serve's app in this process, and a client of it; its sessions closed after."""
+    app, router = server_app(settings, ledger, admin_token)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
+        yield client
+    router.close()
+    for upstream in router.upstreams.values():
+        await upstream.aclose()
