@@ -69,7 +69,7 @@ def account_for(settings: RunSettings, ledger: RunLedger, on_record: Callable[[R
     """The run's account: its budget, prices and ledger, and the period caps of its metadata
     (their spend read from the same ledger, through the driver on a Ray worker)."""
     return RunAccount(
-        settings.budget,
+        settings.budget_for(settings.model),
         pricer=Pricer(settings.pricing),
         on_record=on_record,
         ledger=ledger,
@@ -124,8 +124,8 @@ def endpoint_app(
             secrets=(*settings.secrets, token),
             pricer=account.pricer,
             estimate_usage=settings.estimate_usage,
-            first_byte_timeout=settings.first_byte_timeout,
-            max_body_bytes=settings.max_body_bytes,
+            first_byte_timeout=settings.upstream_limits.first_byte_timeout,
+            max_body_bytes=settings.upstream_limits.max_body_bytes,
             keep_answers=True,
             hooks=hooks,
         )

@@ -214,7 +214,12 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
     """The environment of an OpenCode launched against `server`, on `settings.model`, with a token
     the server minted for this launch's model, attribution and budget (a 0600 file)."""
     launch = Launch(
-        settings.metadata, settings.tags, str(workdir), settings.budget, settings.model, settings.small_model
+        settings.metadata,
+        settings.tags,
+        str(workdir),
+        settings.budget_for(settings.model),
+        settings.model,
+        settings.small_model,
     )
     workspace = _workspace(settings, launch.launch_id)
     workspace.prepare()

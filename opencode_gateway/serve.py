@@ -245,8 +245,8 @@ def server_app(
         secrets=(*settings.secrets, admin_token),
         pricer=router.pricer,
         estimate_usage=settings.estimate_usage,
-        first_byte_timeout=settings.first_byte_timeout,
-        max_body_bytes=settings.max_body_bytes,
+        first_byte_timeout=settings.upstream_limits.first_byte_timeout,
+        max_body_bytes=settings.upstream_limits.max_body_bytes,
     )
     routes = [
         Route("/launches", launches, methods=["POST"]),

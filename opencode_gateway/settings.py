@@ -24,6 +24,7 @@ from typing import Any, Union
 from .accounting.budget import Budget, PeriodBudget
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
+from .endpoint.limits import UpstreamLimits
 from .errors import SettingsError
 from .litellm_gateway.protocol import Mode, ModelRoute
 from .opencode.agent import AgentConfig
@@ -123,9 +124,9 @@ class Settings:
     secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})
 
     @property
-    def budget(self) -> Budget:
-        """The run's limits: the ones set directly, else the model's (or its group's) defaults."""
-        return self.budget_for(self.model or "")
+    def upstream_limits(self) -> UpstreamLimits:
+        """How long the endpoint waits on an upstream, how much of a request it reads (endpoint/limits.py)."""
+        return UpstreamLimits(self.connect_timeout, self.first_byte_timeout, self.idle_timeout, self.max_body_bytes)
 
     def budget_for(self, model: str) -> Budget:
         """The limits of a run on `model`."""
@@ -291,16 +292,15 @@ def _check(settings: RunSettings) -> None:
     for model, style in settings.prompt_caching.items():
         if style not in ("markers", "key", "off"):
             raise SettingsError(f"prompt_caching.{model} is {style!r}: use markers (Claude), key (OpenAI) or off")
-    for name in ("timeout", "connect_timeout", "first_byte_timeout", "idle_timeout"):
-        if not 0 < getattr(settings, name) < math.inf:
-            raise SettingsError(f"{name} {getattr(settings, name)} is invalid: give a number of seconds above 0")
+    if not 0 < settings.timeout < math.inf:
+        raise SettingsError(f"timeout {settings.timeout} is invalid: give a number of seconds above 0")
     days = settings.keep_sessions_days
     if days is not None and not 0 <= days < math.inf:
         raise SettingsError(f"keep_sessions_days {days} is invalid: give a number of days, 0 or more (or null)")
-    for name in ("max_cost", "max_requests", "max_tokens", "max_turns", "max_body_bytes", "diff_max_bytes"):
-        value = getattr(settings, name)
-        if value is not None and not 0 < value < math.inf:  # NaN fails too: a limit that is never hit
-            raise SettingsError(f"{name} {value} is invalid: give a number above 0")
+    if not 0 < settings.diff_max_bytes < math.inf:
+        raise SettingsError(f"diff_max_bytes {settings.diff_max_bytes} is invalid: give a number above 0")
+    settings.upstream_limits.check()
+    Budget(settings.max_cost, settings.max_requests, settings.max_tokens, settings.max_turns).check()
     settings.sandbox_config.check()
     _check_otel(settings)
     settings.agent_config.check(

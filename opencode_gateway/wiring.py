@@ -47,15 +47,15 @@ def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
     from .endpoint.upstream import ProxyUpstream, SdkUpstream  # httpx: imported while OpenCode starts
 
-    route = ModelRoute.of(model)
+    route, limits = ModelRoute.of(model), settings.upstream_limits
     caching = route.setting(settings.prompt_caching)  # not set: known from the backend
     if route.group is not None:
         return ProxyUpstream(
             settings.gateway_api_base or "",
             route.group,
             settings.gateway_api_key,
-            connect_timeout=settings.connect_timeout,
-            idle_timeout=settings.idle_timeout,
+            connect_timeout=limits.connect_timeout,
+            idle_timeout=limits.idle_timeout,
             caching=caching,
         )
-    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=settings.idle_timeout, caching=caching)
+    return SdkUpstream(model, settings.api_base, settings.api_key, idle_timeout=limits.idle_timeout, caching=caching)

@@ -49,6 +49,13 @@ class Budget:
                 raise SettingsError(f"{where}.{key} must be a number above 0, not {value!r}")
         return cls(**setting)
 
+    def check(self) -> None:
+        """Raise SettingsError naming a limit that is no number above 0 (NaN is not: a limit never hit)."""
+        for name in _LIMITS:
+            value = getattr(self, name)
+            if value is not None and not 0 < value < math.inf:
+                raise SettingsError(f"{name} {value} is invalid: give a number above 0")
+
     def __bool__(self) -> bool:
         return any(v is not None for v in (self.max_cost, self.max_requests, self.max_tokens, self.max_turns))
 

@@ -73,3 +73,9 @@ def test_a_period_budget_refuses_naming_the_period_the_value_and_the_total_so_fa
 def test_a_bad_period_budget_says_what_is_wrong(setting: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         PeriodBudget.from_setting("ticket", setting)
+
+
+@pytest.mark.parametrize("budget", [Budget(max_cost=float("nan")), Budget(max_requests=0), Budget(max_tokens=-5)])
+def test_a_run_limit_that_is_no_number_above_zero_is_refused(budget: Budget) -> None:
+    with pytest.raises(SettingsError, match="is invalid: give a number above 0"):
+        budget.check()
