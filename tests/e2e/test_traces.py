@@ -237,3 +237,64 @@ def test_a_dead_collector_changes_nothing_about_the_run(
     assert abs(data["cost"] - _ledger(tmp_path, data["run_id"])[0]) < 1e-12
     assert result.stderr.count("traces could not be sent to the OpenTelemetry collector") == 1, result.stderr
     assert time.monotonic() - started < 90  # the exit waits for the queue at most the send timeout
+
+
+def test_a_batch_task_on_a_ray_worker_sends_its_runs_trace(
+    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, phoenix: Phoenix
+) -> None:
+    upstream.script(Reply(text="on ray", usage=usage(600, 6)))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "r1", "prompt": "task r1"}) + "\n")
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "h")}
+    env.pop("RAY_ADDRESS", None)  # a local Ray instance of the driver's own
+    batch = subprocess.run(
+        [
+            *CLI,
+            "batch",
+            str(tasks),
+            "-m",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            upstream.url,
+            "--api-key",
+            KEY,
+            "--opencode-bin",
+            opencode_bin,
+            "--executor",
+            "ray",
+            "--config",
+            str(_config(tmp_path, phoenix.traces_endpoint)),
+            "--ledger",
+            str(tmp_path / "ledger.db"),
+            "--batch-id",
+            "ray-traced",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert batch.returncode == 0, batch.stderr
+    [result] = [json.loads(line) for line in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    spans = phoenix.trace_of("opencode_gateway.run_id", result["run_id"], spans=2)
+    [chat] = _named(spans, "chat ")
+    assert abs(chat["attributes"]["gen_ai.usage.cost"] - _ledger(tmp_path, result["run_id"])[0]) < 1e-12
+
+
+def test_with_content_a_tools_input_and_output_and_the_answer_are_sent_redacted(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path, phoenix: Phoenix
+) -> None:
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": f"echo shown {KEY}", "description": "x"})], usage=usage(10, 2)),
+        Reply(text="Shown.", usage=usage(20, 4)),
+    )
+    config = tmp_path / "content.yaml"
+    config.write_text(f"otel:\n  endpoint: {phoenix.traces_endpoint}\n  content: true\n")
+    result = _run(upstream, opencode_bin, workdir, tmp_path, config, "show it")
+    assert result.returncode == 0, result.stderr
+    spans = phoenix.trace_of("opencode_gateway.run_id", json.loads(result.stdout)["run_id"], spans=4)
+    [tool] = _named(spans, "execute_tool ")
+    assert "echo shown [REDACTED]" in tool["attributes"]["opencode_gateway.tool.input"]
+    assert tool["attributes"]["opencode_gateway.tool.output"].strip() == "shown [REDACTED]"
+    assert "Shown." in [c["attributes"].get("opencode_gateway.answer") for c in _named(spans, "chat ")]
+    assert KEY not in json.dumps(spans)
