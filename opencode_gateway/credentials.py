@@ -13,6 +13,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Iterable, Mapping
+from urllib.parse import unquote
 
 __all__ = ["gateway_keys", "held_secrets", "is_credential", "redact", "refuse_inspection", "token_digest"]
 
@@ -61,6 +62,10 @@ _PROVIDER_PREFIXES = (
 )
 
 
+# What the OpenTelemetry SDK sends a collector as headers (traces.py), as "name=value,..." lists.
+_OTEL_HEADERS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+
+
 def is_credential(name: str) -> bool:
     """Whether a variable's name says it holds a credential (API_KEY, TOKEN, SECRET, PASSWORD...)."""
     return bool(_CREDENTIAL_WORDS.search(name))
@@ -78,10 +83,17 @@ def gateway_keys(environ: Mapping[str, str], explicit: Iterable[str | None]) -> 
 
 
 def held_secrets(environ: Mapping[str, str], explicit: Iterable[str | None]) -> tuple[str, ...]:
-    """Every value to redact: the given keys and the value of every credential variable in the
-    environment, provider or not (a DSN's password, a GitHub token)."""
+    """Every value to redact: the given keys, the value of every credential variable in the
+    environment, provider or not (a DSN's password, a GitHub token), and each header value an
+    OpenTelemetry collector is sent (`name=value,...`: a Langfuse or Honeycomb key)."""
     found = (value for name, value in environ.items() if is_credential(name) and len(value) >= _MIN_FOUND_LEN)
-    return _unique([*(key for key in explicit if key), *found])
+    headers = (
+        unquote(pair.partition("=")[2]).strip()
+        for name in _OTEL_HEADERS
+        for pair in environ.get(name, "").split(",")
+        if len(pair.partition("=")[2].strip()) >= _MIN_FOUND_LEN
+    )
+    return _unique([*(key for key in explicit if key), *found, *headers])
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -63,3 +63,13 @@ def test_no_secret_survives_redaction(prefix: str, secrets: list[str]) -> None:
     text = prefix + " ".join(secrets) + prefix
     redacted = redact(text, secrets)
     assert not any(secret in redacted.replace("[REDACTED]", "\0") for secret in secrets)
+
+
+def test_a_collectors_headers_in_the_standard_variables_are_secrets() -> None:
+    environ = {
+        "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Basic%20cGstbGYtMTIzOnNrLWxmLTQ1Ng==,x-team=a",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-honeycomb-team=hc_live_0123456789",
+    }
+    found = held_secrets(environ, ())
+    assert "Basic cGstbGYtMTIzOnNrLWxmLTQ1Ng==" in found and "hc_live_0123456789" in found
+    assert "a" not in found  # too short to be a key: redacting it would blank every "a"
