@@ -9,7 +9,6 @@ ends, and the ledger knows each run's batch and task (metadata `batch_id`, `task
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import shutil
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .accounting.ledger import RunLedger, finished_values
-from .accounting.records import RunUsage
+from .accounting.run import Totals
 from .api import check
 from .errors import GatewayError, SettingsError
 from .events import Event
@@ -212,12 +211,11 @@ def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], 
     tracing = tracing_for(settings.otel, settings.secrets)
     if tracing is None:
         return
-    results = [o.result for o in outcomes if o.result is not None]
-    counts = [f.name for f in dataclasses.fields(RunUsage) if isinstance(getattr(RunUsage(), f.name), int)]
-    usage = RunUsage(**{name: sum(getattr(r.usage, name) for r in results) for name in counts})
-    costs = [r.cost for r in results]
-    cost = None if None in costs else sum(c or 0.0 for c in costs)
-    attributes = root_attributes(settings.model or "", "", usage, cost, settings.metadata, settings.tags)
+    sums = Totals()  # the batch's runs' records, summed as each run's account summed its own
+    for outcome in outcomes:
+        for record in outcome.result.requests if outcome.result is not None else ():
+            sums.add(record)
+    attributes = root_attributes(settings.model or "", "", sums.usage, sums.cost, settings.metadata, settings.tags)
     attributes.update(
         {
             "opencode_gateway.batch_id": batch.batch_id,

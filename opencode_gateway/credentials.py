@@ -87,12 +87,10 @@ def held_secrets(environ: Mapping[str, str], explicit: Iterable[str | None]) -> 
     environment, provider or not (a DSN's password, a GitHub token), and each header value an
     OpenTelemetry collector is sent (`name=value,...`: a Langfuse or Honeycomb key)."""
     found = (value for name, value in environ.items() if is_credential(name) and len(value) >= _MIN_FOUND_LEN)
-    headers = (
-        unquote(pair.partition("=")[2]).strip()
-        for name in _OTEL_HEADERS
-        for pair in environ.get(name, "").split(",")
-        if len(pair.partition("=")[2].strip()) >= _MIN_FOUND_LEN
+    values = (
+        unquote(pair.partition("=")[2]).strip() for name in _OTEL_HEADERS for pair in environ.get(name, "").split(",")
     )
+    headers = (value for value in values if len(value) >= _MIN_FOUND_LEN)
     return _unique([*(key for key in explicit if key), *found, *headers])
 
 

@@ -221,7 +221,7 @@ class RayExecutor:
             self.ledger.update_run(run_id=key, **payload)
             if payload["stop_reason"] is not None:
                 self._open = {task: run for task, run in self._open.items() if run != key}
-        elif kind == "spent":  # asked after the rows sent before it: the writer answers after them
+        elif kind == "spent" and key in self._answers:  # asked after the rows sent before it: answered after them
             self._answers[key].put(self.ledger.spent_since(*payload).result())
         elif kind == "event" and key in self._listeners:
             self._listeners[key](payload)

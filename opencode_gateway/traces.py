@@ -38,6 +38,9 @@ __all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "flush", "
 INSTALL = "pip install 'opencode-gateway[otel]'"
 _QUEUE = 4096  # spans waiting to be sent; more are dropped (counted by the SDK), never waited for
 _SEND_TIMEOUT_S = 5.0
+# What an agent writes (a tool's title is its command) is cut after redaction, so a span stays small.
+_LINE_MAX = 500  # a title, an error
+_TEXT_MAX = 10_000  # with content: an answer, a tool's input or output
 _ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 log = logging.getLogger("opencode_gateway.traces")
 
@@ -134,7 +137,8 @@ class RunTrace:
 
     def event(self, event: object) -> None:
         if isinstance(event, ToolCall):  # its input goes with its result, when content is sent
-            self._inputs[event.call_id] = event.input
+            if (tracing := self._tracing()) is not None and tracing.config.content:
+                self._inputs[event.call_id] = event.input
         elif isinstance(event, ToolResult) and (tracing := self._tracing()) is not None:
             tracing.tool(self.run_id, event, self._inputs.pop(event.call_id, None))
 
@@ -177,12 +181,14 @@ class Tracing:
         )
         self.tracer = self.provider.get_tracer("opencode_gateway")
 
+    def _root_context(self, key: str) -> Any:
+        """The span context of the root of `key` (a run's, a batch's id), sent or not yet."""
+        trace_id, span_id = _ids(key)
+        flags = self._trace.TraceFlags(self._trace.TraceFlags.SAMPLED)
+        return self._trace.SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)
+
     def _parent(self, run_id: str) -> Any:
-        trace_id, span_id = _ids(run_id)
-        context = self._trace.SpanContext(
-            trace_id, span_id, is_remote=False, trace_flags=self._trace.TraceFlags(self._trace.TraceFlags.SAMPLED)
-        )
-        return self._trace.set_span_in_context(self._trace.NonRecordingSpan(context))
+        return self._trace.set_span_in_context(self._trace.NonRecordingSpan(self._root_context(run_id)))
 
     def _span(
         self,
@@ -202,7 +208,7 @@ class Tracing:
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
         if error is not None:
-            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, self.secrets)[:500]))
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, self.secrets)[:_LINE_MAX]))
         span.end(end_time=_ns(max(end, start)))
 
     def request(self, run_id: str, record: RequestRecord) -> None:
@@ -228,7 +234,7 @@ class Tracing:
             "gen_ai.conversation.id": record.session_id,
         }
         if self.config.content and record.answer:
-            attributes["opencode_gateway.answer"] = redact(record.answer, self.secrets)
+            attributes["opencode_gateway.answer"] = redact(record.answer, self.secrets)[:_TEXT_MAX]
         self._span(
             f"chat {record.model}",
             record.started_at,
@@ -247,13 +253,13 @@ class Tracing:
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": event.tool,
             "gen_ai.tool.call.id": event.call_id,
-            "opencode_gateway.tool.title": redact(event.title, self.secrets),
+            "opencode_gateway.tool.title": redact(event.title, self.secrets)[:_LINE_MAX],
             "opencode_gateway.tool.status": "error" if event.is_error else "completed",
             "gen_ai.conversation.id": event.session_id,
         }
         if self.config.content:
-            attributes["opencode_gateway.tool.output"] = redact(event.output, self.secrets)[:10_000]
-            attributes["opencode_gateway.tool.input"] = redact(json.dumps(tool_input or {}), self.secrets)[:10_000]
+            attributes["opencode_gateway.tool.output"] = redact(event.output, self.secrets)[:_TEXT_MAX]
+            attributes["opencode_gateway.tool.input"] = redact(json.dumps(tool_input or {}), self.secrets)[:_TEXT_MAX]
         self._span(
             f"execute_tool {event.tool}",
             event.started_at,
@@ -267,7 +273,7 @@ class Tracing:
         """A run's (session's, batch's) root span, with the ids its children already named."""
         links = []
         if run.batch_id is not None:
-            links = [self._trace.Link(self._trace.get_current_span(self._parent(run.batch_id)).get_span_context())]
+            links = [self._trace.Link(self._root_context(run.batch_id))]
         attributes = {k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in run.attributes.items()}
         attributes.update({"opencode_gateway.kind": run.kind, "opencode_gateway.run_id": run.run_id})
         with self._ids_of(run.run_id):

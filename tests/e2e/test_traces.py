@@ -11,6 +11,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,36 +32,40 @@ def _config(tmp_path: Path, endpoint: str) -> Path:
     return config
 
 
+def _run_argv(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path, config: Path, prompt: str, *extra: str
+) -> list[str]:
+    argv = [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", KEY, "--opencode-bin"]
+    argv += [opencode_bin, "--workdir", str(workdir), "--config", str(config), "--ledger", str(tmp_path / "ledger.db")]
+    return [*argv, "--json", *extra, prompt]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "h")}
+
+
 def _run(
     upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path, config: Path, prompt: str, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *CLI,
-            "run",
-            "-m",
-            "openai/gpt-4o-mini",
-            "--api-base",
-            upstream.url,
-            "--api-key",
-            KEY,
-            "--opencode-bin",
-            opencode_bin,
-            "--workdir",
-            str(workdir),
-            "--config",
-            str(config),
-            "--ledger",
-            str(tmp_path / "ledger.db"),
-            "--json",
-            *extra,
-            prompt,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "h")},
-    )
+    argv = _run_argv(upstream, opencode_bin, workdir, tmp_path, config, prompt, *extra)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=240, env=_env(tmp_path))
+
+
+def _batch(
+    upstream: ScriptedUpstream,
+    opencode_bin: str,
+    tmp_path: Path,
+    phoenix: Phoenix,
+    tasks: Path,
+    batch_id: str,
+    *extra: str,
+) -> subprocess.CompletedProcess[str]:
+    env = _env(tmp_path)
+    env.pop("RAY_ADDRESS", None)  # with --executor ray: a local Ray instance of the driver's own
+    argv = [*CLI, "batch", str(tasks), "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", KEY]
+    argv += ["--opencode-bin", opencode_bin, "--config", str(_config(tmp_path, phoenix.traces_endpoint))]
+    argv += ["--ledger", str(tmp_path / "ledger.db"), "--batch-id", batch_id, *extra]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
 
 
 def _ledger(tmp_path: Path, run_id: str) -> tuple[float, dict[str, float]]:
@@ -117,33 +122,7 @@ def test_a_batch_is_a_trace_per_run_and_a_span_of_its_own_with_their_totals(
     upstream.script(Reply(text="one", usage=usage(500, 5)), Reply(text="two", usage=usage(700, 7)))
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": t, "prompt": f"task {t}"}) + "\n" for t in ("t1", "t2")))
-    batch = subprocess.run(
-        [
-            *CLI,
-            "batch",
-            str(tasks),
-            "-m",
-            "openai/gpt-4o-mini",
-            "--api-base",
-            upstream.url,
-            "--api-key",
-            KEY,
-            "--opencode-bin",
-            opencode_bin,
-            "--concurrency",
-            "1",
-            "--config",
-            str(_config(tmp_path, phoenix.traces_endpoint)),
-            "--ledger",
-            str(tmp_path / "ledger.db"),
-            "--batch-id",
-            "traced-batch",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "h")},
-    )
+    batch = _batch(upstream, opencode_bin, tmp_path, phoenix, tasks, "traced-batch", "--concurrency", "1")
     assert batch.returncode == 0, batch.stderr
     results = [json.loads(line) for line in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     [batch_span] = phoenix.trace_of("opencode_gateway.batch_id", "traced-batch", spans=1)
@@ -229,14 +208,24 @@ def test_a_dead_collector_changes_nothing_about_the_run(
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1/traces"
     upstream.script(Reply(text="Fine.", usage=usage(1000, 5)))
-    started = time.monotonic()
-    result = _run(upstream, opencode_bin, workdir, tmp_path, _config(tmp_path, dead), "hi")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
+    argv = _run_argv(upstream, opencode_bin, workdir, tmp_path, _config(tmp_path, dead), "hi")
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path)
+    ) as process:
+        assert process.stdout is not None
+        deadline = threading.Timer(240, process.kill)  # bounded, as a subprocess.run with a timeout would be
+        deadline.start()
+        line = process.stdout.readline()  # the result, printed (and flushed) before the exit's flush
+        printed = time.monotonic()
+        _, stderr = process.communicate(timeout=120)
+        exited = time.monotonic()
+        deadline.cancel()
+    assert process.returncode == 0, stderr
+    data = json.loads(line)
     assert data["stop_reason"] == "done" and data["text"] == "Fine." and data["usage"]["input_tokens"] == 1000
     assert abs(data["cost"] - _ledger(tmp_path, data["run_id"])[0]) < 1e-12
-    assert result.stderr.count("traces could not be sent to the OpenTelemetry collector") == 1, result.stderr
-    assert time.monotonic() - started < 90  # the exit waits for the queue at most the send timeout
+    assert stderr.count("traces could not be sent to the OpenTelemetry collector") == 1, stderr
+    assert exited - printed < 30  # after the result, the exit waits for the queue at most the send timeout (5 s)
 
 
 def test_a_batch_task_on_a_ray_worker_sends_its_runs_trace(
@@ -245,35 +234,7 @@ def test_a_batch_task_on_a_ray_worker_sends_its_runs_trace(
     upstream.script(Reply(text="on ray", usage=usage(600, 6)))
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "r1", "prompt": "task r1"}) + "\n")
-    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "h")}
-    env.pop("RAY_ADDRESS", None)  # a local Ray instance of the driver's own
-    batch = subprocess.run(
-        [
-            *CLI,
-            "batch",
-            str(tasks),
-            "-m",
-            "openai/gpt-4o-mini",
-            "--api-base",
-            upstream.url,
-            "--api-key",
-            KEY,
-            "--opencode-bin",
-            opencode_bin,
-            "--executor",
-            "ray",
-            "--config",
-            str(_config(tmp_path, phoenix.traces_endpoint)),
-            "--ledger",
-            str(tmp_path / "ledger.db"),
-            "--batch-id",
-            "ray-traced",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    batch = _batch(upstream, opencode_bin, tmp_path, phoenix, tasks, "ray-traced", "--executor", "ray")
     assert batch.returncode == 0, batch.stderr
     [result] = [json.loads(line) for line in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     spans = phoenix.trace_of("opencode_gateway.run_id", result["run_id"], spans=2)
@@ -285,7 +246,10 @@ def test_with_content_a_tools_input_and_output_and_the_answer_are_sent_redacted(
     upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path, phoenix: Phoenix
 ) -> None:
     upstream.script(
-        Reply(tool_calls=[ToolCall("bash", {"command": f"echo shown {KEY}", "description": "x"})], usage=usage(10, 2)),
+        Reply(  # the command (OpenCode's title of the call) is the model's to make as long as it likes
+            tool_calls=[ToolCall("bash", {"command": f"echo shown {KEY} {'x' * 5000}", "description": "x"})],
+            usage=usage(10, 2),
+        ),
         Reply(text="Shown.", usage=usage(20, 4)),
     )
     config = tmp_path / "content.yaml"
@@ -295,6 +259,8 @@ def test_with_content_a_tools_input_and_output_and_the_answer_are_sent_redacted(
     spans = phoenix.trace_of("opencode_gateway.run_id", json.loads(result.stdout)["run_id"], spans=4)
     [tool] = _named(spans, "execute_tool ")
     assert "echo shown [REDACTED]" in tool["attributes"]["opencode_gateway.tool.input"]
-    assert tool["attributes"]["opencode_gateway.tool.output"].strip() == "shown [REDACTED]"
+    assert tool["attributes"]["opencode_gateway.tool.output"].strip() == f"shown [REDACTED] {'x' * 5000}"
+    title = tool["attributes"]["opencode_gateway.tool.title"]
+    assert title.startswith("echo shown [REDACTED] x") and len(title) == 500  # cut: a span stays small
     assert "Shown." in [c["attributes"].get("opencode_gateway.answer") for c in _named(spans, "chat ")]
     assert KEY not in json.dumps(spans)
