@@ -79,7 +79,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         elif isinstance(given, list):
             changes[setting.name] = (*getattr(base, setting.name), *map(_PATHS.get(setting.name, str), given))
         else:
-            changes[setting.name] = Path(given) if setting.name == "ledger" else given
+            changes[setting.name] = given
     return base.replace(**changes)
 
 

@@ -174,7 +174,7 @@ async def run_batch(
             )
         except SettingsError as exc:
             raise SettingsError(f"task {task.id}: {exc}") from None
-    finished = finished_values(settings.ledger_path, "task_id", {"batch_id": batch.batch_id}) if resume else set()
+    finished = finished_values(settings.ledger_location, "task_id", {"batch_id": batch.batch_id}) if resume else set()
     todo = [task for task in tasks if task.id not in finished]
     kept = _kept_results(batch.results_file, finished) if resume else []
     batch.results_file.parent.mkdir(parents=True, exist_ok=True)

@@ -130,16 +130,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .accounting.report import build_report
 
     where = list(pairs(args.where, "--where").items())
-    if not settings.ledger_path.exists():  # nothing has run yet: an empty report, not an error
+    if not settings.ledger_location.exists():  # nothing has run yet: an empty report, not an error
         from .accounting.report import Report
 
-        print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_path})", file=sys.stderr)
+        print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_location})", file=sys.stderr)
         sys.stdout.write(Report.empty(args.by).render(args.format))
         return 0
     if args.html:
         return _write_dashboard(args, settings, where)
     report = build_report(
-        settings.ledger_path,
+        settings.ledger_location,
         by=args.by,
         since=args.since,
         until=args.until,
@@ -157,7 +157,7 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
     from .dashboard.page import render_page
 
     data = dashboard_data(
-        settings.ledger_path, Query(by=args.by, since=args.since, until=args.until, where=tuple(where), limit=None)
+        settings.ledger_location, Query(by=args.by, since=args.since, until=args.until, where=tuple(where), limit=None)
     )
     target = Path(args.html)
     try:  # as private as the ledger it shows (0600): it names every ticket, workdir and cost
@@ -180,7 +180,7 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
     base, key = args.api_base or settings.gateway_api_base, args.api_key or settings.gateway_api_key
     if not base or not key:
         raise SettingsError("--reconcile needs the gateway: --api-base URL and --api-key KEY (an admin key)")
-    lines = reconcile(settings.ledger_path, base, key, run_id=args.run, since=args.since, wait=args.wait)
+    lines = reconcile(settings.ledger_location, base, key, run_id=args.run, since=args.since, wait=args.wait)
     sys.stdout.write(render(lines, "json" if args.format == "json" else "table"))
     return 0 if lines and all(line.status == "ok" for line in lines) else 1
 
@@ -316,7 +316,10 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         from .ray_executor import RayExecutor
 
         executor = RayExecutor(
-            settings.ledger_path, address=args.ray_address, num_cpus=args.ray_num_cpus, max_retries=args.ray_max_retries
+            settings.ledger_location,
+            address=args.ray_address,
+            num_cpus=args.ray_num_cpus,
+            max_retries=args.ray_max_retries,
         )
     elif settings.executor != "local":
         raise SettingsError(f"executor {settings.executor!r} is not known: use local or ray")

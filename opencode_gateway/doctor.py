@@ -76,7 +76,14 @@ def _sandbox(settings: Settings) -> Check:
 def _ledger(settings: Settings) -> Check:
     from .accounting.ledger import connect
 
-    path = settings.ledger_path
+    location = settings.ledger_location
+    if location.path is None:
+        try:
+            connect(location, create=False).close()
+        except GatewayError as exc:
+            return Check("ledger", False, str(exc))
+        return Check("ledger", True, f"{location} opens (PostgreSQL)")
+    path = location.path
     if path.exists():
         try:
             connect(path, create=False).close()

@@ -12,7 +12,9 @@ __all__ = [
     "CapabilityUnsupported",
     "ConfigConflict",
     "GatewayError",
+    "LedgerConfigError",
     "LedgerError",
+    "LedgerUnavailable",
     "OpenCodeError",
     "OpenCodeFailed",
     "OpenCodeNotFound",
@@ -104,7 +106,17 @@ class UpstreamError(GatewayError):
 
 
 class LedgerError(GatewayError):
-    """The ledger file cannot be opened, migrated or written (corrupt, locked, too new)."""
+    """The ledger cannot be opened, migrated or written (corrupt, locked, too new)."""
+
+
+class LedgerConfigError(LedgerError, SettingsError):
+    """A ledger database that answered and refused: a wrong password, a missing database or role
+    (CLI exit code 2, before anything starts)."""
+
+
+class LedgerUnavailable(LedgerError):
+    """A ledger database cannot be reached (refused, timed out, restarting): a run goes on, its
+    rows spooled on this machine until `opencode-gateway ledger sync` or the next command ships them."""
 
 
 class BudgetExceeded(GatewayError):

@@ -46,7 +46,7 @@ class Plan:
         self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False, ledger: RunLedger | None = None
     ) -> RunResult:
         """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
-        The run's rows go to `settings.ledger_path`, or to `ledger` (a batch task on a Ray worker
+        The run's rows go to `settings.ledger_location`, or to `ledger` (a batch task on a Ray worker
         sends them to the driver's)."""
         from .runner import execute  # the run's machinery: imported when a plan runs
 

@@ -18,12 +18,11 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from ._litellm import owning_loop
-from .accounting.budget import Spent, period_caps
-from .accounting.ledger import Ledger, this_process
+from .accounting.budget import Claim, Verdict, period_caps
+from .accounting.ledger import Ledger, LedgerLocation, this_process
 from .accounting.records import RequestRecord, RunUsage
 from .batch import Batch, Outcome, Task, run_task
 from .credentials import refuse_inspection
@@ -51,7 +50,7 @@ def load_ray() -> Any:
 class _QueuedLedger:
     """A run's ledger on a worker: each write goes to the driver through a Ray queue. A put
     returns once the queue holds it, so when the task returns, all its rows are with the driver.
-    A read (`spent_since`) is a question on that queue, answered on `answers`, one at a time: the
+    A period cap's question (`hold`) is asked on that queue, answered on `answers`, one at a time: the
     driver answers after committing every row sent before it."""
 
     def __init__(self, queue: Any, task_id: str, answers: Any = None) -> None:
@@ -95,13 +94,16 @@ class _QueuedLedger:
             )
         )
 
-    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
-        return self._asking.submit(self._ask, key, value, since)
+    def hold(self, claim: Claim) -> Future[Verdict]:
+        return self._asking.submit(self._ask, claim)
 
-    def _ask(self, key: str, value: str, since: float) -> Spent:
-        self.queue.put(("spent", self.task_id, (key, value, since)))
-        answer: Spent = self.answers.get(timeout=_ANSWER_TIMEOUT)
+    def _ask(self, claim: Claim) -> Verdict:
+        self.queue.put(("hold", self.task_id, claim))
+        answer: Verdict = self.answers.get(timeout=_ANSWER_TIMEOUT)
         return answer
+
+    def release(self, request_id: str) -> None:
+        self.queue.put(("release", self.task_id, request_id))
 
     def flush(self) -> None:
         """Nothing to wait for: every put is already with the driver."""
@@ -136,7 +138,7 @@ class RayExecutor:
     """Runs batch tasks as Ray tasks; this process (the driver) writes their ledger rows."""
 
     def __init__(
-        self, ledger_path: Path, *, address: str | None = None, num_cpus: float = 1.0, max_retries: int = 1
+        self, ledger: LedgerLocation, *, address: str | None = None, num_cpus: float = 1.0, max_retries: int = 1
     ) -> None:
         ray = load_ray()
         self._ray = ray
@@ -149,7 +151,7 @@ class RayExecutor:
         self._remote = ray.remote(_on_worker).options(
             num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
         )
-        self.ledger = Ledger(ledger_path)
+        self.ledger = Ledger(ledger)
         self._queues = Queue
         self._listeners: dict[str, Callable[[Event], None]] = {}
         self._answers: dict[str, Any] = {}  # task id -> its queue of answers to reads, if it has caps
@@ -221,8 +223,10 @@ class RayExecutor:
             self.ledger.update_run(run_id=key, **payload)
             if payload["stop_reason"] is not None:
                 self._open = {task: run for task, run in self._open.items() if run != key}
-        elif kind == "spent" and key in self._answers:  # asked after the rows sent before it: answered after them
-            self._answers[key].put(self.ledger.spent_since(*payload).result())
+        elif kind == "hold" and key in self._answers:  # asked after the rows sent before it: answered after them
+            self._answers[key].put(self.ledger.hold(payload).result())
+        elif kind == "release":
+            self.ledger.release(payload)
         elif kind == "event" and key in self._listeners:
             self._listeners[key](payload)
 

@@ -73,7 +73,7 @@ async def execute(
     task on a Ray worker sends them to the driver's)."""
     own = None
     if ledger is None:
-        own = ledger = Ledger(plan.settings.ledger_path)  # a bad ledger file fails here, before OpenCode starts
+        own = ledger = Ledger(plan.settings.ledger_location)  # a bad ledger file fails here, before OpenCode starts
     run = _Run(plan, ledger, on_event, deltas, parts)
     try:
         return await run.execute()

@@ -252,7 +252,7 @@ def server_app(
         Route("/launches", launches, methods=["POST"]),
         Route("/stats", statistics, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *dashboard_routes(access, settings.ledger_path, lambda: list(reversed(router.stats()["sessions"]))),
+        *dashboard_routes(access, settings.ledger_location, lambda: list(reversed(router.stats()["sessions"]))),
     ]
     return create_app(endpoint, routes), router
 
@@ -281,7 +281,7 @@ async def serve(
         )
     check_routes("", settings.routes)  # what each route says (each launch's model is checked as it comes)
     token_file = server_token(settings.data_dir)
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     admin_token = token_file.read_text().strip()
     access = DashboardAccess(admin_token)
     app, router = server_app(settings, ledger, admin_token, access)

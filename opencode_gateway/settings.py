@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Union
 
 from .accounting.budget import Budget, PeriodBudget
+from .accounting.ledger.location import LedgerLocation
 from .accounting.pricing import Price
 from .credentials import gateway_keys, held_secrets
 from .endpoint.limits import UpstreamLimits
@@ -104,7 +105,8 @@ class Settings:
     idle_timeout: float = 300.0
     max_body_bytes: int = 32 * 1024 * 1024
     diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff, cut at this size
-    ledger: Path | None = None  # None: <data_dir>/ledger.db
+    # A file's path, or a team's postgresql:// URL; None: $OPENCODE_GATEWAY_LEDGER, else <data_dir>/ledger.db
+    ledger: str | None = field(default=None, repr=False)
     env: tuple[str, ...] = ()  # variables passed to OpenCode on purpose (its environment is an allowlist)
     sandbox: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none" (opencode/sandbox.py)
     sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
@@ -136,8 +138,11 @@ class Settings:
         )
 
     @property
-    def ledger_path(self) -> Path:
-        return self.ledger or self.data_dir / "ledger.db"
+    def ledger_location(self) -> LedgerLocation:
+        """Where runs are recorded: the `ledger` setting (or flag), else $OPENCODE_GATEWAY_LEDGER,
+        else the data dir's ledger.db."""
+        given = self.ledger or self._environ.get("OPENCODE_GATEWAY_LEDGER")
+        return LedgerLocation.of(given, self.data_dir) if given else LedgerLocation(path=self.data_dir / "ledger.db")
 
     @property
     def route(self) -> ModelRoute:
@@ -198,8 +203,16 @@ class Settings:
     @property
     def gateway_files(self) -> tuple[Path, ...]:
         """The gateway's own files, which a sandbox hides wherever they are: settings and key
-        files, the data dir, the ledger."""
-        return (*self.secret_files, self.data_dir.resolve(), self.ledger_path.resolve())
+        files, the data dir, the ledger file (a Postgres ledger's spool is in the data dir) and
+        libpq's password file."""
+        ledger = self.ledger_location.path
+        passfile = self._environ.get("PGPASSFILE")
+        return (
+            *self.secret_files,
+            self.data_dir.resolve(),
+            *([ledger.resolve()] if ledger else []),
+            *([Path(passfile).resolve()] if passfile else []),
+        )
 
     @property
     def gateway_api_base(self) -> str | None:
@@ -214,7 +227,13 @@ class Settings:
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
         headers = (self.otel or {}).get("headers") or {}  # a collector's key, e.g. Langfuse's
-        given = (self.api_key, self.gateway_api_key, self.metrics_token, *headers.values())
+        given = (
+            self.api_key,
+            self.gateway_api_key,
+            self.metrics_token,
+            *headers.values(),
+            self.ledger_location.password,
+        )
         return held_secrets(self._environ, given)
 
 
@@ -302,6 +321,7 @@ def _check(settings: RunSettings) -> None:
     settings.upstream_limits.check()
     Budget(settings.max_cost, settings.max_requests, settings.max_tokens, settings.max_turns).check()
     settings.sandbox_config.check()
+    settings.ledger_location  # noqa: B018 (a malformed ledger URL fails here, before anything starts)
     _check_otel(settings)
     settings.agent_config.check(
         settings.environ, gateway_keys(settings.environ, (settings.api_key, settings.gateway_api_key))

@@ -105,7 +105,11 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
             key_file = Path(beside(file, [value[len(FILE_PREFIX) :]])[0])
             values["secret_files"] = (*values.get("secret_files", ()), key_file)
             value = _key_from_file(file, value[len(FILE_PREFIX) :])
-        values[key] = Path(value).expanduser() if isinstance(value, str) and key in ("data_dir", "ledger") else value
+        if key == "data_dir" and isinstance(value, str):
+            value = Path(value).expanduser()
+        elif key == "ledger" and isinstance(value, str) and "://" not in value:
+            value = str(Path(value).expanduser())
+        values[key] = value
     try:
         return base.replace(**values)  # which checks prices and budgets
     except SettingsError as exc:

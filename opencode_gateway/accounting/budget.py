@@ -10,12 +10,23 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import SettingsError
 from .records import RequestRecord
 
-__all__ = ["PERIODS", "Budget", "PeriodBudget", "Refusal", "Spent", "period_caps"]
+__all__ = [
+    "HOLD_TTL_S",
+    "PERIODS",
+    "WAIT",
+    "Budget",
+    "Claim",
+    "PeriodBudget",
+    "Refusal",
+    "Spent",
+    "Verdict",
+    "period_caps",
+]
 
 _LIMITS = {"max_cost": (int, float), "max_requests": (int,), "max_tokens": (int,), "max_turns": (int,)}
 
@@ -200,3 +211,35 @@ def period_caps(
     with `metadata`, each with the run's value of its key."""
     caps = [cap for cap in budgets.values() if isinstance(cap, PeriodBudget) and cap.key in metadata]
     return [(cap, str(metadata[cap.key])) for cap in caps]
+
+
+# A hold older than this is a call that never ended (its process froze or lost the database):
+# it no longer stands in another call's way.
+HOLD_TTL_S = 3600.0
+WAIT: Literal["wait"] = "wait"
+Verdict = Refusal | Literal["wait"] | None  # why not; wait for the calls held to end; or go
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A call asking to start under its run's period caps: decided where the spend of every
+    machine is (the ledger), in one transaction that holds it when it may go."""
+
+    request_id: str
+    caps: tuple[tuple[PeriodBudget, str], ...]  # each cap, with the run's value of its key
+    reservation: Spent  # what the call may spend (run.py's estimate)
+    at: float  # when it asks (Unix seconds): which periods count
+    patient: bool = True  # False once it waited long enough: decided on what was spent alone
+
+
+def period_verdict(claim: Claim, cap: PeriodBudget, value: str, spent: Spent, held: Spent) -> Verdict:
+    """Whether `claim` may start under `cap`, after `spent` (recorded calls) with `held` (calls
+    admitted and still going, on any machine): a refusal only on what was spent, as a run's own
+    budget (a call is never refused on an estimate); WAIT when only the calls held stand in the way."""
+    since = cap.start(claim.at)
+    refusal = cap.refusal(value, spent, since)
+    if refusal is not None:
+        return refusal
+    if claim.patient and held.requests and not cap.limits.allows(spent + held + claim.reservation):
+        return WAIT
+    return None

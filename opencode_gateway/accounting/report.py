@@ -14,7 +14,7 @@ from datetime import timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
-from .ledger import connect
+from .ledger import LedgerLocation, connect
 from .ledger.queries import group_rows
 from .times import utc_time, zone
 
@@ -211,7 +211,7 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
 
 
 def build_report(
-    path: Path,
+    path: LedgerLocation | Path,
     *,
     by: str = "ticket",
     since: str | None = None,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import Budget, PeriodBudget, Refusal, Spent
+from .budget import WAIT, Budget, Claim, PeriodBudget, Refusal, Spent
 from .ledger import RunLedger
 from .pricing import Pricer
 from .records import Purpose, RequestRecord, RunOutcome, RunUsage
@@ -40,6 +40,7 @@ __all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "RunRow", "Totals", "reservat
 DEFAULT_OUTPUT_RESERVE = 4096
 _CHARS_PER_TOKEN = 4  # the usual estimate of the prompt's tokens from its JSON text
 _MAX_WAIT_S = 900.0
+_POLL_S = (0.05, 1.0)  # how often a call held back by other machines' calls asks again: first, at most
 
 
 def reservation_usage(body: Mapping[str, Any]) -> Usage:
@@ -140,19 +141,6 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
             f"settings (e.g. {model.split('/')[-1]}: {{input_cost_per_million: 0.5, output_cost_per_million: 1.5}})"
         )
     return sums.usage, sums.cost, tuple(warnings)
-
-
-async def _period_refusal(periods: Sequence[tuple[PeriodBudget, str]], history: RunLedger | None) -> Refusal | None:
-    """A cap over many runs that the next call would pass (their spend, from the ledger)."""
-    if history is None:
-        return None
-    for period, value in periods:
-        since = period.start(time.time())
-        spent = await asyncio.wrap_future(history.spent_since(period.key, value, since))
-        refusal = period.refusal(value, spent, since)
-        if refusal is not None:
-            return refusal
-    return None
 
 
 class RunRow:
@@ -286,11 +274,12 @@ class RunAccount:
         if self.limits is not None:
             return self.limits.reserve(body, models, purpose)
         turn = int(purpose == "main")
-        if not self.budget:
+        if not self.budget and not self.periods:
             return Spent(1, turns=turn)
         usage = reservation_usage(body)
         usd = 0.0
-        if self.budget.max_cost is not None:  # pricing may import litellm: only when a limit needs it
+        costs = self.budget.max_cost is not None or any(cap.limits.max_cost is not None for cap, _ in self.periods)
+        if costs:  # pricing may import litellm: only when a limit needs it
             priced = self.pricer.price(usage, models).usd
             usd = priced if priced is not None else self._costliest if self._costliest is not None else math.inf
         return Spent(1, usage.input_tokens + usage.output_tokens, usd, turn)
@@ -309,22 +298,47 @@ class RunAccount:
         while True:
             if math.isinf(reservation.cost) and self._costliest is not None:  # a cost was seen while it waited
                 reservation = dataclasses.replace(reservation, cost=self._costliest)
-            refusal = (
-                self.budget.refusal(self.totals.spent, turn=reservation.turns > 0)  # exact: what ended calls spent
-                or await _period_refusal(self.periods, self.history)
-            )
+            refusal = self.budget.refusal(
+                self.totals.spent, turn=reservation.turns > 0
+            )  # exact: what ended calls spent
             if refusal is not None:
-                self._refused.add(request_id)
-                self.refusal = self.refusal or refusal
-                return refusal
+                return self._refuse(request_id, refusal)
             held = sum(self._in_flight.values(), Spent())
             remaining = deadline - asyncio.get_running_loop().time()
             if not self._in_flight or remaining <= 0 or self.budget.allows(self.totals.spent + held + reservation):
                 self._in_flight[request_id] = reservation
-                return None
+                break
             self._ended.clear()  # only the calls in flight stand in the way: wait for one to end
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._ended.wait(), remaining)
+        refusal = await self._hold_periods(request_id, reservation, deadline)
+        if refusal is not None:
+            self._in_flight.pop(request_id, None)
+            self._ended.set()
+            return self._refuse(request_id, refusal)
+        return None
+
+    def _refuse(self, request_id: str, refusal: Refusal) -> Refusal:
+        self._refused.add(request_id)
+        self.refusal = self.refusal or refusal
+        return refusal
+
+    async def _hold_periods(self, request_id: str, reservation: Spent, deadline: float) -> Refusal | None:
+        """The caps over many runs (on every machine that shares the ledger): the call is held in
+        the ledger when they allow it, refused when what was spent passes one, and asks again
+        while only calls held elsewhere stand in the way, until `deadline`."""
+        if not self.periods or self.history is None:
+            return None
+        loop = asyncio.get_running_loop()
+        pause = _POLL_S[0]
+        while True:
+            patient = loop.time() < deadline
+            claim = Claim(request_id, self.periods, reservation, time.time(), patient)
+            verdict = await asyncio.wrap_future(self.history.hold(claim))
+            if verdict != WAIT:
+                return verdict
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, _POLL_S[1])
 
     def release(self, request_id: str) -> None:
         """A call ended without a record (it never reached the upstream)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..accounting.ledger import connect
+from ..accounting.ledger import LedgerLocation, connect
 from ..accounting.ledger.queries import (
     cost_per_bucket,
     days_covered,
@@ -70,15 +70,15 @@ class Query:
     limit: int | None = 50
 
 
-def dashboard_data(path: Path, query: Query) -> dict[str, Any]:
+def dashboard_data(path: LedgerLocation | Path, query: Query) -> dict[str, Any]:
     """Everything the page draws, as JSON-able values."""
-    chosen = selection(query.since, query.until, query.where)
     connection = connect(path, create=False)
     try:
+        chosen = selection(connection.dialect, query.since, query.until, query.where)
         report = report_from(connection, by=query.by, since=query.since, until=query.until, where=query.where)
         bucket = "hour" if days_covered(connection, chosen) <= 1 else "day"
-        days = cost_per_bucket(connection, grouping(query.by), chosen, bucket)
-        models = cost_per_bucket(connection, grouping("model"), chosen, bucket)
+        days = cost_per_bucket(connection, grouping(connection.dialect, query.by), chosen, bucket)
+        models = cost_per_bucket(connection, grouping(connection.dialect, "model"), chosen, bucket)
         missing = usage_missing(connection, chosen)
         runs = _runs(connection, chosen, query.offset, query.limit)
     finally:

@@ -12,13 +12,13 @@ import asyncio
 import hmac
 import secrets
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..accounting.ledger import LedgerLocation
 from ..credentials import token_digest
 from ..endpoint.http import bearer, error_response
 from ..errors import SettingsError
@@ -104,7 +104,7 @@ def _query(request: Request) -> Query:
 
 
 def dashboard_routes(
-    access: DashboardAccess, ledger_path: Path, sessions: Callable[[], list[dict[str, Any]]]
+    access: DashboardAccess, ledger_path: LedgerLocation, sessions: Callable[[], list[dict[str, Any]]]
 ) -> list[Route]:
     """`/` (the page), `/dashboard/data` (its figures as JSON), `/login` and `/login-codes`."""
 

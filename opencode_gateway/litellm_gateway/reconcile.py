@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from ..accounting.ledger import connect
+from ..accounting.ledger import LedgerLocation, connect
 from ..accounting.ledger.queries import gateway_requests
 from ..accounting.report import render_table
 from ..accounting.times import parse_time
@@ -52,7 +52,9 @@ class Line:
         return None if self.ours is None or self.theirs is None else self.ours - self.theirs
 
 
-def _our_requests(ledger: Path, run_id: str | None, since: str | None) -> dict[str, list[dict[str, Any]]]:
+def _our_requests(
+    ledger: LedgerLocation | Path, run_id: str | None, since: str | None
+) -> dict[str, list[dict[str, Any]]]:
     if not run_id and not since:
         raise SettingsError("--reconcile needs --run ID or --since DATE")
     connection = connect(ledger, create=False)
@@ -104,7 +106,13 @@ def _gateway_rows(
 
 
 def reconcile(
-    ledger: Path, api_base: str, api_key: str, *, run_id: str | None = None, since: str | None = None, wait: float = 0.0
+    ledger: LedgerLocation | Path,
+    api_base: str,
+    api_key: str,
+    *,
+    run_id: str | None = None,
+    since: str | None = None,
+    wait: float = 0.0,
 ) -> list[Line]:
     """One Line per request on either side. The gateway writes spend logs in batches: with `wait`,
     ask again (for up to that many seconds) while a request is missing there."""

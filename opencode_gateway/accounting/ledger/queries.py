@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import re
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
-from pathlib import Path
 from typing import Any
 
 from ...errors import SettingsError
 from ..times import parse_time
-from .schema import connect, ledger_error
+from .connection import connect
+from .database import Database
+from .dialect import Dialect
+from .location import LedgerLocation
 
 __all__ = [
     "BUILT_IN_GROUPS",
@@ -35,12 +35,11 @@ __all__ = [
 
 # When a request started; a run that made none, when it started (reports count every run).
 STARTED = "COALESCE(q.started_at, r.started_at)"
+_TIMES = ("day", "week", "month")  # of when a request started, in the report's time zone
 BUILT_IN_GROUPS: Mapping[str, str] = {
     "model": "COALESCE(q.model, r.model)",
     "tag": "tag.value",
-    "day": f"date({STARTED}, 'unixepoch')",
-    "week": f"strftime('%Y-W%W', {STARTED}, 'unixepoch')",  # weeks from Monday, UTC
-    "month": f"strftime('%Y-%m', {STARTED}, 'unixepoch')",
+    **{size: "" for size in _TIMES},  # the dialect's (Grouping)
     "run": "r.run_id",
     "session": "COALESCE(r.session_id, q.session_id)",
     "workdir": "r.workdir",
@@ -54,24 +53,26 @@ _SUMS = """COUNT(DISTINCT r.run_id) AS runs, COUNT(q.request_id) AS requests,
     SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
     SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
     SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
-    SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests, SUM(q.cache_saved) AS cache_saved,
-    SUM(q.cache_saved IS NULL AND q.cache_read_tokens + q.cache_write_tokens > 0) AS cache_saved_unknown"""
+    SUM(CASE WHEN q.request_id IS NOT NULL AND q.cost IS NULL THEN 1 ELSE 0 END) AS unpriced_requests,
+    SUM(q.cache_saved) AS cache_saved,
+    SUM(CASE WHEN q.cache_saved IS NULL AND q.cache_read_tokens + q.cache_write_tokens > 0 THEN 1 ELSE 0 END)
+        AS cache_saved_unknown"""
 
 
-def finished_values(path: Path, key: str, where: Mapping[str, str]) -> set[str]:
+def finished_values(location: LedgerLocation, key: str, where: Mapping[str, str]) -> set[str]:
     """The values of metadata `key` among the runs that finished (stop_reason "done") and whose
-    metadata holds every `where` pair. An absent ledger has none."""
-    if not path.exists():
+    metadata holds every `where` pair. An absent ledger file has none."""
+    if location.path is not None and not location.path.exists():
         return set()
-    conditions = "".join(" AND json_extract(metadata, ?) = ?" for _ in where)
-    parameters = [f'$."{key}"', *(p for name, value in where.items() for p in (f'$."{name}"', value))]
-    connection = connect(path, create=False)
+    connection = connect(location, create=False)
     try:
+        meta = connection.dialect.meta("metadata")
+        conditions = "".join(f" AND {meta} = ?" for _ in where)
+        param = connection.dialect.meta_param
+        parameters = [param(key), *(p for name, value in where.items() for p in (param(name), value))]
         rows = connection.execute(
-            f"SELECT DISTINCT json_extract(metadata, ?) FROM runs WHERE stop_reason = 'done'{conditions}", parameters
+            f"SELECT DISTINCT {meta} FROM runs WHERE stop_reason = 'done'{conditions}", parameters
         ).fetchall()
-    except sqlite3.Error as exc:
-        raise ledger_error(path, exc) from exc
     finally:
         connection.close()
     return {str(row[0]) for row in rows if row[0] is not None}
@@ -87,21 +88,32 @@ class Grouping:
     parameters: tuple[Any, ...] = ()
 
 
-def grouping(by: str, offset_s: float = 0.0) -> Grouping:
+def grouping(dialect: Dialect, by: str, offset_s: float = 0.0) -> Grouping:
     """`offset_s`: the report's time zone's offset from UTC, which days, weeks and months follow."""
-    if by in ("day", "week", "month") and offset_s:
-        return Grouping(BUILT_IN_GROUPS[by].replace(STARTED, f"({STARTED} + ?)"), parameters=(offset_s,))
+    if by in _TIMES:
+        if offset_s:
+            return Grouping(dialect.bucket(by, f"({STARTED} + ?)"), parameters=(offset_s,) * _uses(dialect, by))
+        return Grouping(dialect.bucket(by, STARTED))
     if by in BUILT_IN_GROUPS:
-        return Grouping(BUILT_IN_GROUPS[by], ", json_each(r.tags) AS tag" if by == "tag" else "")
+        return Grouping(BUILT_IN_GROUPS[by], dialect.tags_join if by == "tag" else "")
     if _METADATA_KEY.match(by):
-        return Grouping("json_extract(r.metadata, ?)", parameters=(f'$."{by}"',))
+        return Grouping(dialect.meta("r.metadata"), parameters=(dialect.meta_param(by),))
     raise SettingsError(
         f"cannot group by {by!r}: use a metadata key (letters, digits, _ . -) or one of {', '.join(BUILT_IN_GROUPS)}"
     )
 
 
+def _uses(dialect: Dialect, size: str) -> int:
+    """How often a bucket's expression names its time (each a parameter, with an offset)."""
+    return dialect.bucket(size, "\0").count("\0")
+
+
 def selection(
-    since: str | None = None, until: str | None = None, where: Sequence[tuple[str, str]] = (), tz: tzinfo = timezone.utc
+    dialect: Dialect,
+    since: str | None = None,
+    until: str | None = None,
+    where: Sequence[tuple[str, str]] = (),
+    tz: tzinfo = timezone.utc,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (or "") of the requests a report covers, and its parameters."""
     conditions: list[str] = []
@@ -115,8 +127,8 @@ def selection(
     for key, value in where:
         if not _METADATA_KEY.match(key):
             raise SettingsError(f"--where {key!r}: metadata keys are letters, digits, _ . -")
-        conditions.append("json_extract(r.metadata, ?) = ?")
-        filters += [f'$."{key}"', value]
+        conditions.append(f"{dialect.meta('r.metadata')} = ?")
+        filters += [dialect.meta_param(key), value]
     return ("WHERE " + " AND ".join(conditions)) if conditions else "", filters
 
 
@@ -132,7 +144,7 @@ _RUN_FACTS = (
 
 
 def group_rows(
-    connection: Any,
+    connection: Database,
     *,
     by: str,
     since: str | None,
@@ -145,8 +157,8 @@ def group_rows(
     `breakdown` one per group and model (`grp`, `part`). Days, weeks and months are `tz`'s (its
     offset now)."""
     offset = datetime.now(tz).utcoffset() or timedelta()
-    group = grouping(by, offset.total_seconds())
-    where_sql, filters = selection(since, until, where, tz)
+    group = grouping(connection.dialect, by, offset.total_seconds())
+    where_sql, filters = selection(connection.dialect, since, until, where, tz)
     _check_dimension(connection, by)
     rows = connection.execute(
         f"SELECT {group.key} AS grp, {_SUMS}{_RUN_FACTS if by == 'run' else ''} FROM {SOURCE}{group.join} {where_sql} "
@@ -166,14 +178,12 @@ def group_rows(
     return rows, total, parts
 
 
-def _check_dimension(connection: Any, by: str) -> None:
+def _check_dimension(connection: Database, by: str) -> None:
     """A word that is no dimension and no metadata key of any run is a typo (`--by modle`), not a
     report with one "(none)" group."""
     if by in BUILT_IN_GROUPS or by == DEFAULT_BY:
         return
-    keys = sorted(
-        row[0] for row in connection.execute("SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta")
-    )
+    keys = sorted(row[0] for row in connection.execute(connection.dialect.metadata_keys))
     if by not in keys:
         raise SettingsError(
             f"cannot group by {by!r}: it is neither a dimension ({', '.join(BUILT_IN_GROUPS)}) nor a "
@@ -183,69 +193,68 @@ def _check_dimension(connection: Any, by: str) -> None:
 
 # The dashboard's charts: cost per bucket (a day, or an hour: `hour` when every request shown is of
 # one day, which one bar would not tell apart), for the requests a selection covers.
-_BUCKETS = {"day": f"date({STARTED}, 'unixepoch')", "hour": f"strftime('%Y-%m-%dT%H:00', {STARTED}, 'unixepoch')"}
-
-
-def days_covered(connection: Any, chosen: tuple[str, list[Any]]) -> int:
+def days_covered(connection: Database, chosen: tuple[str, list[Any]]) -> int:
     where_sql, filters = chosen
-    return int(
-        connection.execute(f"SELECT COUNT(DISTINCT {_BUCKETS['day']}) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
-    )
+    day = connection.dialect.bucket("day", STARTED)
+    return int(connection.execute(f"SELECT COUNT(DISTINCT {day}) FROM {SOURCE} {where_sql}", filters).fetchone()[0])
 
 
 def cost_per_bucket(
-    connection: Any, group: Grouping, chosen: tuple[str, list[Any]], bucket: str
+    connection: Database, group: Grouping, chosen: tuple[str, list[Any]], bucket: str
 ) -> list[tuple[str, str | None, float]]:
     """(bucket, group, cost) of the requests a selection covers."""
     where_sql, filters = chosen
+    day = connection.dialect.bucket(bucket, STARTED)
     rows = connection.execute(
-        f"SELECT {_BUCKETS[bucket]} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}"
-        f"{group.join} {where_sql} GROUP BY day, grp",
+        f"SELECT {day} AS day, {group.key} AS grp, SUM(q.cost) AS cost FROM {SOURCE}{group.join}"
+        f" {where_sql} GROUP BY day, grp",
         [*group.parameters, *filters],
     ).fetchall()
     return [(row["day"], None if row["grp"] is None else str(row["grp"]), row["cost"] or 0.0) for row in rows]
 
 
-def usage_missing(connection: Any, chosen: tuple[str, list[Any]]) -> int:
+def usage_missing(connection: Database, chosen: tuple[str, list[Any]]) -> int:
     where_sql, filters = chosen
     return int(connection.execute(f"SELECT SUM(q.usage_missing) FROM {SOURCE} {where_sql}", filters).fetchone()[0] or 0)
 
 
-def runs_page(connection: Any, chosen: tuple[str, list[Any]], offset: int, limit: int | None) -> tuple[int, list[Any]]:
+def runs_page(
+    connection: Database, chosen: tuple[str, list[Any]], offset: int, limit: int | None
+) -> tuple[int, list[Any]]:
     """How many runs a selection covers, and a page of them, newest first, with their totals."""
     where_sql, filters = chosen
     count = connection.execute(f"SELECT COUNT(DISTINCT r.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
     page = connection.execute(
         f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
         f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
-        f"SUM(q.request_id IS NOT NULL AND q.cost IS NULL) AS unpriced_requests "
+        f"SUM(CASE WHEN q.request_id IS NOT NULL AND q.cost IS NULL THEN 1 ELSE 0 END) AS unpriced_requests "
         f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
         f"LIMIT ? OFFSET ?",
-        [*filters, -1 if limit is None else limit, offset],
+        [*filters, connection.dialect.no_limit if limit is None else limit, offset],
     ).fetchall()
     return int(count), page
 
 
 def requests_of(
-    connection: Any, chosen: tuple[str, list[Any]], run_ids: Sequence[str], columns: Sequence[str]
+    connection: Database, chosen: tuple[str, list[Any]], run_ids: Sequence[str], columns: Sequence[str]
 ) -> list[Any]:
     """The requests of `run_ids` a selection covers (`run_id` and `columns`), in order."""
     if not run_ids:
         return []
     where_sql, filters = chosen
     wanted = " AND ".join(
-        filter(None, [where_sql.removeprefix("WHERE "), "q.run_id IN (SELECT value FROM json_each(?))"])
+        filter(None, [where_sql.removeprefix("WHERE "), connection.dialect.in_list.format(column="q.run_id")])
     )
     return list(
         connection.execute(
             f"SELECT q.run_id, {', '.join('q.' + c for c in columns)} FROM {SOURCE} WHERE {wanted} "
             "ORDER BY q.started_at",
-            [*filters, json.dumps(list(run_ids))],
+            [*filters, connection.dialect.list_param(run_ids)],
         )
     )
 
 
-def gateway_requests(connection: Any, run_id: str | None, since: float | None) -> list[dict[str, Any]]:
+def gateway_requests(connection: Database, run_id: str | None, since: float | None) -> list[dict[str, Any]]:
     """The successful gateway requests of a run, or since a time (reconcile compares them)."""
     sql = (
         "SELECT q.run_id, q.request_id, q.response_id, q.cost, r.started_at AS run_started, r.ended_at AS run_ended "

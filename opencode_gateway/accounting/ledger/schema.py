@@ -1,5 +1,6 @@
-"""The ledger's schema, its migrations, and opening it: WAL, private files, runs whose process is
-gone closed as `abandoned`."""
+"""The ledger's schema, one definition for both backends, its migrations, and opening it: a
+SQLite file (WAL, private files) or a Postgres database (migrated under an advisory lock), a
+Postgres ledger's spool shipped first, and runs whose process is gone closed as `abandoned`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,20 @@ import time
 from pathlib import Path
 
 from ...errors import LedgerError
+from .database import Database, open_postgres, open_sqlite, sqlite_error
+from .location import LedgerLocation
 from .owners import gone
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "abandon", "connect", "ledger_error"]
+__all__ = [
+    "MIGRATIONS",
+    "REQUEST_COLUMNS",
+    "RUN_COLUMNS",
+    "SCHEMA_VERSION",
+    "abandon",
+    "mark_abandoned",
+    "opened",
+    "schema_version",
+]
 
 # Each entry migrates a ledger from the version before it; PRAGMA user_version says where a file is.
 MIGRATIONS: tuple[str, ...] = (
@@ -70,19 +82,75 @@ MIGRATIONS: tuple[str, ...] = (
     "ALTER TABLE requests ADD COLUMN purpose TEXT",
     # What prompt caching saved (pricing.Cost.cache_saved; NULL: no price known, or an older row).
     "ALTER TABLE requests ADD COLUMN cache_saved REAL",
+    # A call admitted under a period budget and not yet recorded: every machine deciding on the same
+    # budget counts it (budget.py), until its request's row replaces it in one transaction.
+    """
+    CREATE TABLE holds (
+        request_id TEXT NOT NULL,
+        budget TEXT NOT NULL,
+        requests INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost REAL NOT NULL,
+        owner TEXT NOT NULL,
+        held_at REAL NOT NULL,
+        PRIMARY KEY (request_id, budget)
+    );
+    CREATE INDEX holds_by_budget ON holds(budget, held_at)
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def ledger_error(path: Path, exc: sqlite3.Error) -> LedgerError:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return LedgerError(f"ledger {path} is locked by another process; wait for it or pass --ledger PATH")
-    if "not a database" in text or "malformed" in text:
-        return LedgerError(
-            f"ledger {path} is not a readable SQLite database (corrupt?): move it away or pass --ledger PATH"
-        )
-    return LedgerError(f"ledger {path}: {text}")
+RUN_COLUMNS = (
+    "run_id",
+    "session_id",
+    "started_at",
+    "ended_at",
+    "model",
+    "mode",
+    "workdir",
+    "metadata",
+    "tags",
+    "stop_reason",
+    "error",
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
+    "unpriced_requests",
+    "owner",
+)
+# A request's row, column by column (the order record_request writes them in).
+REQUEST_COLUMNS = (
+    "request_id",
+    "run_id",
+    "session_id",
+    "response_id",
+    "model",
+    "upstream_model",
+    "status_code",
+    "stream",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "usage_missing",
+    "estimated",
+    "cost",
+    "cost_source",
+    "attempts",
+    "error",
+    "started_at",
+    "ttfb_s",
+    "duration_s",
+    "purpose",
+    "cache_saved",
+)
+_SCHEMA_LOCK = "opencode-gateway ledger schema"
 
 
 def _create_private(path: Path) -> None:
@@ -108,33 +176,61 @@ def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.02)
 
 
-def _migrate(connection: sqlite3.Connection) -> None:
-    """Bring the schema up to date under an exclusive lock: of many processes opening a fresh
-    ledger at once, one migrates and the others then find it done."""
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
+def schema_version(database: Database) -> int:
+    """The migrations applied: SQLite's user_version, a Postgres ledger's ledger_schema row."""
+    if database.dialect.name == "sqlite":
+        return int(database.execute("PRAGMA user_version").fetchone()[0])
+    if database.execute("SELECT to_regclass('ledger_schema')").fetchone()[0] is None:
+        return 0
+    row = database.execute("SELECT MAX(version) FROM ledger_schema").fetchone()
+    return int(row[0] or 0)
+
+
+def _migrate(database: Database) -> None:
+    """Bring the schema up to date in one transaction under a lock: of many processes opening a
+    fresh ledger at once, one migrates and the others then find it done."""
+    with database.transaction(locks=[_SCHEMA_LOCK]):
+        if database.dialect.name != "sqlite":
+            database.execute("CREATE TABLE IF NOT EXISTS ledger_schema (version INTEGER NOT NULL)")
+        version = schema_version(database)
         for number in range(version, SCHEMA_VERSION):
             for statement in filter(str.strip, MIGRATIONS[number].split(";")):
-                connection.execute(statement)
-        connection.execute(f"PRAGMA user_version={max(version, SCHEMA_VERSION)}")
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
+                database.execute(database.dialect.types(statement))
+        if version >= SCHEMA_VERSION:
+            return
+        if database.dialect.name == "sqlite":
+            database.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        else:
+            database.execute("DELETE FROM ledger_schema")
+            database.execute("INSERT INTO ledger_schema (version) VALUES (?)", (SCHEMA_VERSION,))
 
 
-def _mark_abandoned(connection: sqlite3.Connection) -> None:
+def _check_version(database: Database) -> int:
+    version = schema_version(database)
+    if version > SCHEMA_VERSION:
+        database.close()
+        raise LedgerError(
+            f"ledger {database.shown} has schema version {version}, newer than this opencode-gateway "
+            f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway"
+        )
+    return version
+
+
+def mark_abandoned(database: Database) -> None:
     """Close the rows of runs whose process is gone (killed, or its machine rebooted): they end
-    as `abandoned`, with the totals of the requests they recorded."""
-    open_runs = connection.execute("SELECT run_id, owner FROM runs WHERE ended_at IS NULL AND owner IS NOT NULL")
+    as `abandoned`, with the totals of the requests they recorded. Only this machine's processes
+    can be told gone; their holds on budgets go with them."""
+    open_runs = database.execute("SELECT run_id, owner FROM runs WHERE ended_at IS NULL AND owner IS NOT NULL")
     for run_id in [row[0] for row in open_runs.fetchall() if gone(row[1])]:
-        abandon(connection, run_id)
+        abandon(database, run_id)
+    holders = {row[0] for row in database.execute("SELECT DISTINCT owner FROM holds").fetchall()}
+    for owner in filter(gone, holders):
+        database.execute("DELETE FROM holds WHERE owner = ?", (owner,))
 
 
-def abandon(connection: sqlite3.Connection, run_id: str) -> None:
+def abandon(database: Database, run_id: str) -> None:
     """Close an open run's row as `abandoned`, with the totals of the requests it recorded."""
-    connection.execute(
+    database.execute(
         "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
         "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
         "error = 'the process running it ended without closing it (killed?)', "
@@ -155,40 +251,42 @@ _RUN_TOTALS = {
     "cache_write_tokens": "SUM(cache_write_tokens)",
     "reasoning_tokens": "SUM(reasoning_tokens)",
     "cost": "SUM(cost)",
-    "unpriced_requests": "SUM(cost IS NULL)",
+    "unpriced_requests": "SUM(CASE WHEN cost IS NULL THEN 1 ELSE 0 END)",
 }
 
 
-def connect(path: Path, *, create: bool = True, timeout: float = 5.0) -> sqlite3.Connection:
-    """An open connection to a ledger of the current schema (an older one is migrated), with
-    abandoned runs closed; LedgerError says what is wrong with the file otherwise. Readers (report,
-    doctor) pass `create=False`: a ledger that does not exist is an error, not a new file."""
+def opened(location: LedgerLocation, *, create: bool = True, timeout: float = 5.0) -> Database:
+    """An open connection to a ledger of the current schema (an older one is migrated);
+    LedgerError says what is wrong otherwise (LedgerUnavailable: a Postgres ledger cannot be
+    reached). Readers pass `create=False`: a ledger file that does not exist is an error."""
+    if location.is_postgres:
+        database = open_postgres(location, timeout=timeout)
+        try:
+            if _check_version(database) < SCHEMA_VERSION:
+                _migrate(database)
+            return database
+        except BaseException:
+            database.close()
+            raise
+    assert location.path is not None
+    return _open_sqlite(location.path, create, timeout)
+
+
+def _open_sqlite(path: Path, create: bool, timeout: float) -> Database:
     try:
         if create:
             _create_private(path)
         elif not path.exists():
             raise LedgerError(f"no ledger at {path}: runs write one there (or pass --ledger PATH)")
-        connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        connection.row_factory = sqlite3.Row
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            connection.close()
-            raise LedgerError(
-                f"ledger {path} has schema version {version}, newer than this opencode-gateway "
-                f"knows ({SCHEMA_VERSION}): upgrade opencode-gateway"
-            )
+        database = open_sqlite(path, timeout=timeout)
+        version = _check_version(database)
         if create or version < SCHEMA_VERSION:
-            _use_wal(connection, timeout)
-            connection.execute("PRAGMA synchronous=NORMAL")
+            _use_wal(database.connection, timeout)
+            database.execute("PRAGMA synchronous=NORMAL")
             if version < SCHEMA_VERSION:
-                _migrate(connection)
-        try:
-            _mark_abandoned(connection)
-        except sqlite3.OperationalError:
-            if create:  # a reader (report) may lack write access; the next run closes them
-                raise
-        return connection
+                _migrate(database)
+        return database
     except sqlite3.Error as exc:
-        raise ledger_error(path, exc) from exc
+        raise sqlite_error(str(path), exc) from exc
     except OSError as exc:
         raise LedgerError(f"ledger {path}: {exc.strerror}") from exc

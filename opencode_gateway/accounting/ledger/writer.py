@@ -1,6 +1,6 @@
 """The ledger's write side.
 
-The ledger: one SQLite file with a row per run and a row per request.
+The ledger: a row per run and a row per request, in a SQLite file or a team's Postgres database.
 
 A request's row is committed as soon as the request ends, so killing the process mid-run loses
 no finished request. Writes go through one worker thread that owns the write connection, so the
@@ -11,52 +11,38 @@ together, in one transaction (a commit per row was a sixth of the relay's CPU at
 from __future__ import annotations
 
 import json
-import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ...errors import LedgerError
-from ..budget import Spent
+from ...errors import LedgerError, LedgerUnavailable
+from ..budget import HOLD_TTL_S, Claim, Spent, Verdict, period_verdict
 from ..records import RequestRecord, RunUsage
+from .connection import connect
+from .database import Database
+from .location import LedgerLocation
 from .owners import this_process
-from .schema import abandon, connect, ledger_error
+from .schema import REQUEST_COLUMNS, abandon
 
 __all__ = ["REQUEST_COLUMNS", "Ledger", "RunLedger"]
 
 T = TypeVar("T")
 
-# A request's row, column by column (the order record_request writes them in).
-REQUEST_COLUMNS = (
-    "request_id",
-    "run_id",
-    "session_id",
-    "response_id",
-    "model",
-    "upstream_model",
-    "status_code",
-    "stream",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "usage_missing",
-    "estimated",
-    "cost",
-    "cost_source",
-    "attempts",
-    "error",
-    "started_at",
-    "ttfb_s",
-    "duration_s",
-    "purpose",
-    "cache_saved",
-)
 _INSERT_REQUEST = (
-    f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})"
+    f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))}) "
+    "ON CONFLICT (request_id) DO NOTHING"  # a row written twice (a retry, a spool shipped again) counts once
+)
+_INSERT_RUN = (
+    "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, tags, owner) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+)
+_UPDATE_RUN = (
+    "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
+    "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
+    " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?"
 )
 
 
@@ -92,8 +78,8 @@ def _request_row(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
 
 
 class RunLedger(Protocol):
-    """What a run's account writes to, and reads its period caps' spend from: the Ledger, or a
-    channel to one in another process (a Ray worker's, ray_executor.py)."""
+    """What a run's account writes to, and asks its period caps of: the Ledger, or a channel to
+    one in another process (a Ray worker's, ray_executor.py)."""
 
     def start_run(
         self,
@@ -123,7 +109,9 @@ class RunLedger(Protocol):
         unpriced: int,
     ) -> None: ...
 
-    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]: ...
+    def hold(self, claim: Claim) -> Future[Verdict]: ...
+
+    def release(self, request_id: str) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -131,23 +119,68 @@ class RunLedger(Protocol):
     def failure(self) -> LedgerError | None: ...
 
 
+def _warn(message: str) -> None:
+    print(f"opencode-gateway: {message}", file=sys.stderr, flush=True)
+
+
 class Ledger:
     """The write side. `record_request` never blocks; `close` waits for what is queued. Only the
-    one worker thread uses the connection after it is opened."""
+    one worker thread uses the connection after it is opened.
 
-    def __init__(self, path: Path, *, timeout: float = 5.0) -> None:
-        self.path = path
-        self._connection = connect(path, timeout=timeout)  # here, so a bad file fails before the run starts
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
+    A Postgres ledger that cannot be reached (at the start, or in the middle of a run) is replaced
+    by its spool, a private SQLite ledger in the data dir, with one warning line that says where:
+    the run goes on, and its rows are shipped by the next command that reaches the database (this
+    one's `close` tries first)."""
+
+    def __init__(
+        self, location: LedgerLocation | Path, *, timeout: float = 5.0, warn: Callable[[str], None] = _warn
+    ) -> None:
+        self.location = LedgerLocation(path=location) if isinstance(location, Path) else location
+        self._timeout = timeout
+        self._warn = warn
+        self._spooling = False
         self._failure: LedgerError | None = None
+        try:  # here, so a bad ledger fails before the run starts
+            self._db = connect(self.location, timeout=timeout)
+        except LedgerUnavailable as exc:
+            self._db = self._spool(exc)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._rows: list[tuple[Any, ...]] = []  # request rows not yet handed to the writer
         self._rows_lock = threading.Lock()
+        self._opened: dict[str, tuple[Any, ...]] = {}  # the rows of open runs, for a spool to hold too
 
-    def _write(self, sql: str, parameters: Sequence[Any]) -> None:
+    @property
+    def shown(self) -> str:
+        return self.location.shown
+
+    def _spool(self, why: LedgerUnavailable) -> Database:
+        """The spool in the database's place, from now on in this process."""
+        assert self.location.spool is not None
+        spool = connect(self.location.spool, timeout=self._timeout)
+        self._spooling = True
+        self._warn(
+            f"{why}; this run's rows go to {self.location.spool} until it is back "
+            "(`opencode-gateway ledger sync` ships them)"
+        )
+        return spool
+
+    def _write(self, work: Callable[[Database], T]) -> T | None:
+        """`work` on the ledger; on the spool when the database went away (its open runs' rows
+        first, so the spool holds whole runs). A failure is kept for the run to report."""
         try:
-            self._connection.execute(sql, parameters)
-        except sqlite3.Error as exc:
-            self._failure = self._failure or ledger_error(self.path, exc)
+            try:
+                return work(self._db)
+            except LedgerUnavailable as exc:
+                if self._spooling or not self.location.is_postgres:
+                    raise
+                self._db.close()
+                self._db = self._spool(exc)
+                for row in self._opened.values():
+                    self._db.execute(_INSERT_RUN, row)
+                return work(self._db)
+        except LedgerError as exc:
+            self._failure = self._failure or exc
+            return None
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         return self._executor.submit(fn, *args)
@@ -167,22 +200,19 @@ class Ledger:
     ) -> None:
         """A run's row. `owner` is the process running it (host:pid:start time), this one's unless
         the run is another's (a batch task's on a Ray worker)."""
-        self._submit(
-            self._write,
-            "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, "
-            "tags, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                session_id,
-                started_at,
-                model,
-                mode,
-                workdir,
-                json.dumps(dict(metadata)),
-                json.dumps(list(tags)),
-                owner or this_process(),
-            ),
-        ).result()
+        row = (
+            run_id,
+            session_id,
+            started_at,
+            model,
+            mode,
+            workdir,
+            json.dumps(dict(metadata)),
+            json.dumps(list(tags)),
+            owner or this_process(),
+        )
+        self._opened[run_id] = row
+        self._submit(self._write, lambda db: db.execute(_INSERT_RUN, row)).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
@@ -196,13 +226,7 @@ class Ledger:
     def _write_rows(self) -> None:
         with self._rows_lock:
             rows, self._rows = self._rows, []
-        try:
-            with self._connection:  # one transaction
-                self._connection.execute("BEGIN")
-                self._connection.executemany(_INSERT_REQUEST, rows)
-        except sqlite3.Error:  # rolled back: row by row, so one bad row loses no other
-            for row in rows:
-                self._write(_INSERT_REQUEST, row)
+        self._write(lambda db: _insert_requests(db, rows))
 
     def update_run(
         self,
@@ -217,51 +241,44 @@ class Ledger:
         unpriced: int,
     ) -> None:
         """A run's totals and, once it has ended, when and how (`ended_at`, `stop_reason`); never blocks."""
-        self._submit(
-            self._write,
-            "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
-            "error=?, requests=?, input_tokens=?, output_tokens=?, cache_read_tokens=?, cache_write_tokens=?,"
-            " reasoning_tokens=?, cost=?, unpriced_requests=? WHERE run_id=?",
-            (
-                ended_at,
-                session_id,
-                stop_reason,
-                error,
-                usage.requests,
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-                usage.reasoning_tokens,
-                cost,
-                unpriced,
-                run_id,
-            ),
+        values = (
+            ended_at,
+            session_id,
+            stop_reason,
+            error,
+            usage.requests,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens,
+            cost,
+            unpriced,
+            run_id,
         )
+        if stop_reason is not None:
+            self._opened.pop(run_id, None)
+        self._submit(self._write, lambda db: db.execute(_UPDATE_RUN, values))
+
+    def hold(self, claim: Claim) -> Future[Verdict]:
+        """Whether a call may start under its period caps, decided in one transaction that locks
+        each cap's key and value, counting every machine's recorded calls and held ones; a call
+        that may start is held until its row (or `release`) replaces the hold. Asked on the
+        writer's thread, so every row queued here before is counted."""
+        return self._submit(self._write, lambda db: _hold(db, claim))
+
+    def release(self, request_id: str) -> None:
+        """A held call ended without a row (it never reached the upstream)."""
+        self._submit(self._write, lambda db: db.execute("DELETE FROM holds WHERE request_id = ?", (request_id,)))
 
     def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
-        """What the runs whose metadata `key` is `value` spent since `since`, as committed so far
-        (asked on the writer's thread, so every row queued before is counted)."""
-        return self._submit(self._spent_since, key, value, since)
-
-    def _spent_since(self, key: str, value: str, since: float) -> Spent:
-        row = self._connection.execute(
-            "SELECT COUNT(*), SUM(q.input_tokens + q.output_tokens), SUM(q.cost) FROM requests q "
-            "JOIN runs r ON r.run_id = q.run_id WHERE json_extract(r.metadata, ?) = ? AND q.started_at >= ? "
-            "AND q.cost_source != 'refused'",
-            (f'$."{key}"', value, since),
-        ).fetchone()
-        return Spent(row[0] or 0, row[1] or 0, row[2] or 0.0)
+        """What the runs whose metadata `key` is `value` spent since `since`, as committed so far."""
+        return self._submit(lambda: _spent(self._db, key, value, since))
 
     def abandon(self, run_id: str) -> None:
         """Close a run whose process died without closing it (a killed Ray worker's)."""
-        self._submit(self._write_with, abandon, run_id)
-
-    def _write_with(self, write: Callable[[sqlite3.Connection, str], None], run_id: str) -> None:
-        try:
-            write(self._connection, run_id)
-        except sqlite3.Error as exc:
-            self._failure = self._failure or ledger_error(self.path, exc)
+        self._opened.pop(run_id, None)
+        self._submit(self._write, lambda db: abandon(db, run_id))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
@@ -277,5 +294,73 @@ class Ledger:
             raise self._failure
 
     def close(self) -> None:
+        """Wait for what is queued; a spooling ledger then tries the database once more and ships."""
         self._executor.shutdown(wait=True)
-        self._connection.close()
+        self._db.close()
+        if self._spooling:
+            try:
+                connect(self.location, timeout=self._timeout).close()  # which ships the spool first
+            except LedgerError:
+                return
+            self._warn(f"ledger {self.shown} is back: the spooled rows were shipped to it")
+
+
+def _insert_requests(db: Database, rows: list[tuple[Any, ...]]) -> None:
+    """Request rows in one transaction, each replacing its call's hold; should the batch fail, row
+    by row, so one bad row loses no other."""
+    try:
+        with db.transaction():
+            db.executemany(_INSERT_REQUEST, rows)
+            db.executemany("DELETE FROM holds WHERE request_id = ?", [(row[0],) for row in rows])
+    except LedgerUnavailable:
+        raise
+    except LedgerError:
+        failure: LedgerError | None = None
+        for row in rows:
+            try:
+                db.execute(_INSERT_REQUEST, row)
+            except LedgerUnavailable:
+                raise
+            except LedgerError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure from None
+
+
+def _spent(db: Database, key: str, value: str, since: float) -> Spent:
+    row = db.execute(
+        "SELECT COUNT(*), SUM(q.input_tokens + q.output_tokens), SUM(q.cost) FROM requests q "
+        f"JOIN runs r ON r.run_id = q.run_id WHERE {db.dialect.meta('r.metadata')} = ? AND q.started_at >= ? "
+        "AND q.cost_source != 'refused'",
+        (db.dialect.meta_param(key), value, since),
+    ).fetchone()
+    return Spent(row[0] or 0, row[1] or 0, row[2] or 0.0)
+
+
+def _held(db: Database, budget: str, since: float, request_id: str) -> Spent:
+    row = db.execute(
+        "SELECT COUNT(*), SUM(tokens), SUM(cost) FROM holds WHERE budget = ? AND held_at >= ? AND request_id != ?",
+        (budget, since, request_id),
+    ).fetchone()
+    return Spent(row[0] or 0, row[1] or 0, row[2] or 0.0)
+
+
+def _hold(db: Database, claim: Claim) -> Verdict:
+    budgets = [(cap, value, f"{cap.key}={value}") for cap, value in claim.caps]
+    with db.transaction(locks=[f"opencode-gateway budget {budget}" for _, _, budget in budgets]):
+        for cap, value, budget in budgets:
+            since = cap.start(claim.at)
+            held = _held(db, budget, max(since, claim.at - HOLD_TTL_S), claim.request_id)
+            verdict = period_verdict(claim, cap, value, _spent(db, cap.key, value, since), held)
+            if verdict is not None:
+                return verdict
+        spend, owner = claim.reservation, this_process()
+        db.executemany(
+            "INSERT INTO holds (request_id, budget, requests, tokens, cost, owner, held_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id, budget) DO NOTHING",
+            [
+                (claim.request_id, budget, spend.requests, spend.tokens, spend.cost, owner, claim.at)
+                for *_, budget in budgets
+            ],
+        )
+    return None
