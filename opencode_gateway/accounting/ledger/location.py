@@ -45,7 +45,7 @@ class LedgerLocation:
             raise SettingsError(f"ledger {mask(text)}: the port is not a number") from None
         if not parts.path.strip("/"):
             raise SettingsError(f"ledger {mask(text)} names no database: add /DBNAME (postgresql://user@host/spend)")
-        digest = hashlib.sha256(urlunsplit(parts._replace(netloc=_without_password(parts.netloc))).encode()).hexdigest()
+        digest = hashlib.sha256(_hiding_password(text, None).encode()).hexdigest()
         return cls(url=text, spool=data_dir / "spool" / f"ledger-{digest[:16]}.db")
 
     @property
@@ -70,19 +70,16 @@ class LedgerLocation:
         return self.shown
 
 
-def _without_password(netloc: str) -> str:
-    userinfo, at, host = netloc.rpartition("@")
-    if not at:
-        return netloc
+def _hiding_password(url: str, shown: str | None) -> str:
+    """`url` with its password replaced by `shown` (None: dropped)."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
     user = userinfo.partition(":")[0]
-    return f"{user}@{host}"
+    return urlunsplit(parts._replace(netloc=f"{user}:{shown}@{host}" if shown else f"{user}@{host}"))
 
 
 def mask(url: str) -> str:
     """`url` with its password as `***`."""
-    userinfo, at, rest = url.partition("://")[2].partition("/")[0].rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    scheme = url.partition("://")[0]
-    tail = url.partition("://")[2][len(userinfo) + 1 :]
-    return f"{scheme}://{userinfo.partition(':')[0]}:***@{tail}"
+    return _hiding_password(url, "***")
