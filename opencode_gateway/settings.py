@@ -141,8 +141,7 @@ class Settings:
     def ledger_location(self) -> LedgerLocation:
         """Where runs are recorded: the `ledger` setting (or flag), else $OPENCODE_GATEWAY_LEDGER,
         else the data dir's ledger.db."""
-        given = self.ledger or self._environ.get("OPENCODE_GATEWAY_LEDGER")
-        return LedgerLocation.of(given, self.data_dir) if given else LedgerLocation(path=self.data_dir / "ledger.db")
+        return LedgerLocation.of(self.ledger or self._environ.get("OPENCODE_GATEWAY_LEDGER"), self.data_dir)
 
     @property
     def route(self) -> ModelRoute:
@@ -185,15 +184,9 @@ class Settings:
     def agent_config(self) -> AgentConfig:
         """What OpenCode is told (opencode/agent.py)."""
         return AgentConfig(
-            self.model or "",
-            self.small_model,
-            self.agent,
-            self.permissions,
-            self.disable_tools,
-            self.opencode_config,
-            self.mcp,
-            self.env,
-        )
+            self.model or "", self.small_model, self.agent, self.permissions, self.disable_tools,
+            self.opencode_config, self.mcp, self.env,
+        )  # fmt: skip
 
     @property
     def sandbox_config(self) -> SandboxConfig:
@@ -205,14 +198,9 @@ class Settings:
         """The gateway's own files, which a sandbox hides wherever they are: settings and key
         files, the data dir, the ledger file (a Postgres ledger's spool is in the data dir) and
         libpq's password file."""
-        ledger = self.ledger_location.path
-        passfile = self._environ.get("PGPASSFILE")
-        return (
-            *self.secret_files,
-            self.data_dir.resolve(),
-            *([ledger.resolve()] if ledger else []),
-            *([Path(passfile).resolve()] if passfile else []),
-        )
+        ledger, passfile = self.ledger_location.path, self._environ.get("PGPASSFILE")
+        files = (self.data_dir, *([ledger] if ledger else []), *([Path(passfile)] if passfile else []))
+        return (*self.secret_files, *(file.resolve() for file in files))
 
     @property
     def gateway_api_base(self) -> str | None:
@@ -227,14 +215,8 @@ class Settings:
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
         headers = (self.otel or {}).get("headers") or {}  # a collector's key, e.g. Langfuse's
-        given = (
-            self.api_key,
-            self.gateway_api_key,
-            self.metrics_token,
-            *headers.values(),
-            self.ledger_location.password,
-        )
-        return held_secrets(self._environ, given)
+        given = (self.api_key, self.gateway_api_key, self.metrics_token, self.ledger_location.password)
+        return held_secrets(self._environ, (*given, *headers.values()))
 
 
 def _typed(given: dict[str, Any]) -> dict[str, Any]:

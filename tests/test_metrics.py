@@ -34,7 +34,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         metrics_token=SCRAPER,
         metrics_labels=("ticket",),
     )
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     async with serve_client(settings, ledger, TOKEN) as c:
         yield c
     ledger.close()

@@ -59,7 +59,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def ledger(settings: Settings) -> Iterator[Ledger]:
-    opened = Ledger(settings.ledger_path)
+    opened = Ledger(settings.ledger_location)
     yield opened
     opened.close()
 
@@ -137,7 +137,7 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
 
     ledger.flush()  # rows are written by the ledger's own thread
     runs = (
-        sqlite3.connect(settings.ledger_path)
+        sqlite3.connect(settings.ledger_location.path)
         .execute("SELECT session_id, requests, input_tokens, cost, metadata, workdir FROM runs ORDER BY session_id")
         .fetchall()
     )
@@ -198,7 +198,7 @@ async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attr
     assert sent[1]["x-litellm-tags"] == "harness,opencode,team,ticket:ENG-2"
     assert sent[0]["x-litellm-session-id"] != sent[1]["x-litellm-session-id"]
     ledger.flush()
-    runs = sqlite3.connect(settings.ledger_path).execute("SELECT session_id, requests, metadata FROM runs").fetchall()
+    runs = sqlite3.connect(settings.ledger_location.path).execute("SELECT session_id, requests, metadata FROM runs").fetchall()
     assert sorted((r[0], r[1], json.loads(r[2])["ticket"]) for r in runs) == [
         ("ses_victim", 1, "ENG-1"),
         ("ses_victim", 1, "ENG-2"),
@@ -238,7 +238,7 @@ async def test_a_gateway_model_on_a_server_without_a_gateway_is_refused_and_open
 ) -> None:
     monkeypatch.delenv("LITELLM_PROXY_API_BASE", raising=False)
     settings = Settings(data_dir=tmp_path)
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         response = await chat(client, "ses_a", await mint(client))
@@ -260,7 +260,7 @@ async def test_a_launchs_budget_covers_all_its_sessions_whatever_they_are_called
             200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
         )
     )
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         token = await mint(client)
@@ -301,7 +301,7 @@ async def test_the_servers_routes_take_each_launchs_background_calls(gateway: re
             200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
         )
     )
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         token = await mint(client, Launch(model="litellm_proxy/team-a"))
@@ -330,7 +330,7 @@ async def test_the_servers_routes_take_each_launchs_background_calls(gateway: re
 
 async def test_a_launch_whose_model_a_route_cannot_serve_is_refused(tmp_path: Path) -> None:
     settings = Settings(api_base=GATEWAY, data_dir=tmp_path, routes={"compaction": "openai/gpt-3.5-turbo"})
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     app, _ = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         response = await client.post("/launches", headers=ADMIN, json={"model": "openai/gpt-4o-mini"})
@@ -355,7 +355,7 @@ async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
             200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
         )
     )
-    ledger = Ledger(settings.ledger_path)
+    ledger = Ledger(settings.ledger_location)
     app, router = server_app(settings, ledger, TOKEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve") as client:
         first = await mint(client, Launch(metadata=MappingProxyType({"ticket": "ENG-1"})))

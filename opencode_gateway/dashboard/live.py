@@ -104,7 +104,7 @@ def _query(request: Request) -> Query:
 
 
 def dashboard_routes(
-    access: DashboardAccess, ledger_path: LedgerLocation, sessions: Callable[[], list[dict[str, Any]]]
+    access: DashboardAccess, ledger: LedgerLocation, sessions: Callable[[], list[dict[str, Any]]]
 ) -> list[Route]:
     """`/` (the page), `/dashboard/data` (its figures as JSON), `/login` and `/login-codes`."""
 
@@ -116,7 +116,7 @@ def dashboard_routes(
             return refused()
         try:
             query = _query(request)
-            return await asyncio.to_thread(dashboard_data, ledger_path, query)
+            return await asyncio.to_thread(dashboard_data, ledger, query)
         except SettingsError as exc:
             return error_response(str(exc), 400, "invalid_request_error")
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from opencode_gateway.accounting.budget import WAIT, Claim, PeriodBudget, Refusal, Spent
 from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, connect
 from opencode_gateway.accounting.ledger.schema import MIGRATIONS
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
@@ -237,18 +238,27 @@ def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(tmp_p
     assert "ended without closing it" in row["error"]
 
 
-def test_what_the_runs_of_a_metadata_value_spent_since_a_moment(tmp_path: Path) -> None:
+def test_a_period_cap_counts_the_day_s_recorded_and_held_calls_of_its_value(tmp_path: Path) -> None:
+    cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 3})
+    day = 1_790_035_200.0  # a UTC midnight
     ledger = Ledger(tmp_path / "ledger.db")
     for run_id, ticket in (("a", "ENG-1"), ("b", "ENG-1"), ("c", "ENG-2")):
         start(ledger, run_id, {"ticket": ticket})
-    ledger.record_request("a", record("a1", started_at=100.0))  # before `since`
-    ledger.record_request("a", record("a2", started_at=200.0))
-    ledger.record_request("b", record("b1", started_at=300.0, cost=0.002))
-    ledger.record_request("b", record("b2", started_at=300.0, cost=0.0, source="refused", usage=None))
-    ledger.record_request("c", record("c1", started_at=300.0))
-    spent = ledger.spent_since("ticket", "ENG-1", 150.0).result()
+    ledger.record_request("a", record("a1", started_at=day - 100))  # yesterday
+    ledger.record_request("a", record("a2", started_at=day + 200))
+    ledger.record_request("b", record("b1", started_at=day + 300))
+    ledger.record_request("b", record("b2", started_at=day + 300, cost=0.0, source="refused", usage=None))
+    ledger.record_request("c", record("c1", started_at=day + 300))  # another ticket
+
+    def claim(request_id: str) -> Claim:
+        return Claim(request_id, ((cap, "ENG-1"),), Spent(1, 100, 0.0), day + 400)
+
+    assert ledger.hold(claim("x1")).result() is None  # 2 spent today (refused calls spend nothing): x1 goes
+    assert ledger.hold(claim("x2")).result() == WAIT  # 2 spent + x1 held + x2 would pass 3: wait for x1
+    ledger.record_request("b", record("x1", started_at=day + 400))  # x1's row replaces its hold
+    verdict = ledger.hold(claim("x2")).result()
     ledger.close()
-    assert (spent.requests, spent.tokens, round(spent.cost, 9)) == (2, 2100, 0.003)  # refused calls spent nothing
+    assert isinstance(verdict, Refusal) and "day budget of ticket=ENG-1 exceeded" in verdict.message
 
 
 def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def test_an_answer_without_a_matching_object_raises_output_invalid(
     assert invalid.raw_text == 'Done: {"tests": "many"}'
     assert invalid.result.stop_reason == "error" and invalid.result.error is invalid
     assert invalid.result.usage.requests == 1 and invalid.result.cost is not None  # the run is still accounted
-    row = sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason, error FROM runs").fetchone()
+    row = sqlite3.connect(settings.ledger_location.path).execute("SELECT stop_reason, error FROM runs").fetchone()
     assert row[0] == "error" and "does not match the schema" in row[1]
 
     upstream.script(Reply(text="I could not run them."))
@@ -253,6 +253,6 @@ def test_leaving_the_event_loop_early_stops_the_run(
                 session = event.session_id or ""
                 break
     assert session.startswith("ses_")
-    row = sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason, error FROM runs").fetchone()
+    row = sqlite3.connect(settings.ledger_location.path).execute("SELECT stop_reason, error FROM runs").fetchone()
     assert row == ("interrupted", "interrupted before it ended (Ctrl-C, or its caller cancelled it)")
     assert upstream.wait_abandoned() == 1  # the model's stream was closed, not left running

@@ -47,12 +47,12 @@ def test_max_requests_refuses_the_next_call_and_stops_the_run(
         r.status_code for r in result.requests
     ] == [200, 200, 400]
     rows = (
-        sqlite3.connect(settings.ledger_path)
+        sqlite3.connect(settings.ledger_location.path)
         .execute("SELECT status_code, cost_source, error FROM requests ORDER BY started_at")
         .fetchall()
     )
     assert rows[-1][0] == 400 and rows[-1][1] == "refused" and "max_requests" in rows[-1][2]
-    assert sqlite3.connect(settings.ledger_path).execute("SELECT stop_reason FROM runs").fetchone() == (
+    assert sqlite3.connect(settings.ledger_location.path).execute("SELECT stop_reason FROM runs").fetchone() == (
         "budget_exceeded",
     )
 

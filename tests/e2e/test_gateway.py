@@ -74,7 +74,7 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
     assert result.cost_sources == {"reported": 2}  # the proxy's usage.cost in the stream
     rows = spend_rows(proxy, result.run_id, expected=2)
     assert len(rows) == 2
-    ledger = sqlite3.connect(settings.ledger_path)
+    ledger = sqlite3.connect(settings.ledger_location.path)
     ours = dict(ledger.execute("SELECT response_id, cost FROM requests WHERE run_id = ?", (result.run_id,)).fetchall())
     for row in rows:
         assert {"harness", "opencode", "ticket:ENG-412"} <= set(row["request_tags"])
@@ -94,7 +94,7 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
         "--run",
         result.run_id,
         "--ledger",
-        str(settings.ledger_path),
+        str(settings.ledger_location),
     )
     assert reconciled.returncode == 0, reconciled.stdout + reconciled.stderr
     assert reconciled.stdout.count(" ok") == 2 and "2 request(s), 0 not matching" in reconciled.stdout
@@ -110,7 +110,7 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
         "--run",
         result.run_id,
         "--ledger",
-        str(settings.ledger_path),
+        str(settings.ledger_location),
         "--format",
         "json",
     )
@@ -127,7 +127,7 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
         "--run",
         result.run_id,
         "--ledger",
-        str(settings.ledger_path),
+        str(settings.ledger_location),
     )
     assert refused.returncode == 2 and "needs an admin key" in refused.stderr and key not in refused.stderr
 

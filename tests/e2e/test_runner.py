@@ -579,7 +579,7 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
             "--by",
             "purpose",
             "--ledger",
-            str(settings.ledger_path),
+            str(settings.ledger_location),
             "--format",
             "json",
         ],
@@ -599,7 +599,7 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
                 "--by",
                 by,
                 "--ledger",
-                str(settings.ledger_path),
+                str(settings.ledger_location),
                 "--format",
                 "json",
             ],
@@ -609,7 +609,7 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
         )
         assert [g["key"] for g in json.loads(grouped.stdout)["groups"]] == [key], by
     typo = subprocess.run(
-        [sys.executable, "-m", "opencode_gateway", "report", "--by", "modle", "--ledger", str(settings.ledger_path)],
+        [sys.executable, "-m", "opencode_gateway", "report", "--by", "modle", "--ledger", str(settings.ledger_location)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -20,7 +20,6 @@ import contextlib
 import glob
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -32,6 +31,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script (scripts/setup does): the repository's root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.postgres import Postgres  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools" / "proxy"
@@ -139,62 +142,16 @@ def _get(url: str, timeout: float = 2.0) -> int:
         return 0
 
 
-class Postgres:
-    """A private cluster in a temporary folder, on a free loopback port, fsync off."""
-
-    def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        if not found:
-            raise ProxyError("no initdb under /usr/lib/postgresql: install PostgreSQL (apt-get install postgresql)")
-        self.bin = Path(found[-1]).parent
-        self.user = "postgres" if os.geteuid() == 0 else None  # initdb refuses to run as root
-        self.dir = Path(tempfile.mkdtemp(prefix="ocg-pg-"))
-        self.port = _free_port()
-        self.url = f"postgresql://llmproxy:dbpassword@127.0.0.1:{self.port}/litellm"
-
-    def start(self) -> None:
-        data, pwfile = self.dir / "data", self.dir / "pwfile"
-        pwfile.write_text("dbpassword\n")
-        if self.user:
-            account = pwd.getpwnam(self.user)
-            os.chown(self.dir, account.pw_uid, account.pw_gid)
-            os.chown(pwfile, account.pw_uid, account.pw_gid)
-        _run(
-            self.bin / "initdb",
-            "-D",
-            data,
-            "-U",
-            "llmproxy",
-            f"--pwfile={pwfile}",
-            "-A",
-            "scram-sha-256",
-            "--no-sync",
-            user=self.user,
-        )
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
-        _run(self.bin / "pg_ctl", "-D", data, "-l", self.dir / "pg.log", "-w", "-o", options, "start", user=self.user)
-        admin = f"postgresql://llmproxy:dbpassword@127.0.0.1:{self.port}/postgres"
-        _run("psql", "-q", "-X", admin, "-c", "CREATE DATABASE litellm")
-
-    def migrate(self, migrations: Path) -> None:
-        """LiteLLM's own migrations, in order, with psql (there is no Prisma schema engine here)."""
-        files = sorted(migrations.glob("*/migration.sql"))
-        if not files:
-            raise ProxyError(f"no LiteLLM migrations under {migrations}")
-        script = "".join(f"\\i '{f}'\n" for f in files)
-        subprocess.run(
-            ["psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", self.url],
-            input=script,
-            text=True,
-            capture_output=True,
-            check=True,
-            timeout=300,
-        )
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            _run(self.bin / "pg_ctl", "-D", self.dir / "data", "-m", "immediate", "stop", user=self.user, timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
+def _migrate(url: str, migrations: Path) -> None:
+    """LiteLLM's own migrations, in order, with psql (there is no Prisma schema engine here)."""
+    files = sorted(migrations.glob("*/migration.sql"))
+    if not files:
+        raise ProxyError(f"no LiteLLM migrations under {migrations}")
+    script = "".join(f"\\i '{f}'\n" for f in files)
+    subprocess.run(
+        ["psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", url], input=script, text=True, capture_output=True, check=True,
+        timeout=300,
+    )  # fmt: skip
 
 
 class LiteLLMProxy:
@@ -234,19 +191,19 @@ class LiteLLMProxy:
 
     def start(self) -> None:
         install()
-        self._postgres = Postgres()
-        self._postgres.start()
+        self._postgres = Postgres().start()
+        database = self._postgres.create_database("litellm")
         migrations = _python(
             "import litellm_proxy_extras, os; print(os.path.join(os.path.dirname("
             "litellm_proxy_extras.__file__), 'migrations'))"
         )
-        self._postgres.migrate(Path(migrations))
+        _migrate(database, Path(migrations))
         self._workdir = Path(tempfile.mkdtemp(prefix="ocg-proxy-"))
         config = {
             "model_list": self.model_list,
             "general_settings": {
                 "master_key": self.master_key,
-                "database_url": self._postgres.url,
+                "database_url": database,
                 **self.general_settings,
             },
             "litellm_settings": {"telemetry": False},
@@ -255,7 +212,7 @@ class LiteLLMProxy:
         config_path.write_text(json.dumps(config))  # JSON is YAML
         self.port = _free_port()
         self.log_path = self._workdir / "proxy.log"
-        env = {**_environment(), "DATABASE_URL": self._postgres.url}
+        env = {**_environment(), "DATABASE_URL": database}
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 [
@@ -296,7 +253,7 @@ class LiteLLMProxy:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
         if self._postgres is not None:
-            self._postgres.stop()
+            self._postgres.remove()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
 

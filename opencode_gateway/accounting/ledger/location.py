@@ -28,9 +28,11 @@ class LedgerLocation:
     spool: Path | None = None
 
     @classmethod
-    def of(cls, value: str | Path, data_dir: Path) -> LedgerLocation:
-        """A `--ledger` value: a Postgres URL, or a file's path. A URL is checked here, so a
-        malformed one fails before anything starts."""
+    def of(cls, value: str | Path | None, data_dir: Path) -> LedgerLocation:
+        """A `--ledger` value: a Postgres URL, or a file's path (None: the data dir's ledger.db).
+        A URL is checked here, so a malformed one fails before anything starts."""
+        if not value:
+            return cls(path=data_dir / "ledger.db")
         text = str(value)
         if not text.startswith(_SCHEMES):
             if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 from ...errors import LedgerError, LedgerUnavailable
 from ..budget import HOLD_TTL_S, Claim, Spent, Verdict, period_verdict
 from ..records import RequestRecord, RunUsage
-from .connection import connect
 from .database import Database
+from .failover import INSERT_RUN, Failover
 from .location import LedgerLocation
 from .owners import this_process
 from .schema import REQUEST_COLUMNS, abandon
@@ -34,10 +34,6 @@ T = TypeVar("T")
 _INSERT_REQUEST = (
     f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))}) "
     "ON CONFLICT (request_id) DO NOTHING"  # a row written twice (a retry, a spool shipped again) counts once
-)
-_INSERT_RUN = (
-    "INSERT INTO runs (run_id, session_id, started_at, model, mode, workdir, metadata, tags, owner) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
 )
 _UPDATE_RUN = (
     "UPDATE runs SET ended_at=?, session_id=COALESCE(?, session_id), stop_reason=?, "
@@ -125,65 +121,24 @@ def _warn(message: str) -> None:
 
 class Ledger:
     """The write side. `record_request` never blocks; `close` waits for what is queued. Only the
-    one worker thread uses the connection after it is opened.
-
-    A Postgres ledger that cannot be reached (at the start, or in the middle of a run) is replaced
-    by its spool, a private SQLite ledger in the data dir, with one warning line that says where:
-    the run goes on, and its rows are shipped by the next command that reaches the database (this
-    one's `close` tries first)."""
+    one worker thread uses the database after it is opened; failover.py says what happens when
+    a Postgres ledger goes away."""
 
     def __init__(
         self, location: LedgerLocation | Path, *, timeout: float = 5.0, warn: Callable[[str], None] = _warn
     ) -> None:
         self.location = LedgerLocation(path=location) if isinstance(location, Path) else location
-        self._timeout = timeout
-        self._warn = warn
-        self._spooling = False
-        self._failure: LedgerError | None = None
-        try:  # here, so a bad ledger fails before the run starts
-            self._db = connect(self.location, timeout=timeout)
-        except LedgerUnavailable as exc:
-            self._db = self._spool(exc)
+        self._db = Failover(self.location, timeout=timeout, warn=warn)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._rows: list[tuple[Any, ...]] = []  # request rows not yet handed to the writer
         self._rows_lock = threading.Lock()
-        self._opened: dict[str, tuple[Any, ...]] = {}  # the rows of open runs, for a spool to hold too
 
     @property
     def shown(self) -> str:
         return self.location.shown
 
-    def _spool(self, why: LedgerUnavailable) -> Database:
-        """The spool in the database's place, from now on in this process."""
-        assert self.location.spool is not None
-        spool = connect(self.location.spool, timeout=self._timeout)
-        self._spooling = True
-        self._warn(
-            f"{why}; this run's rows go to {self.location.spool} until it is back "
-            "(`opencode-gateway ledger sync` ships them)"
-        )
-        return spool
-
-    def _write(self, work: Callable[[Database], T]) -> T | None:
-        """`work` on the ledger; on the spool when the database went away (its open runs' rows
-        first, so the spool holds whole runs). A failure is kept for the run to report."""
-        try:
-            try:
-                return work(self._db)
-            except LedgerUnavailable as exc:
-                if self._spooling or not self.location.is_postgres:
-                    raise
-                self._db.close()
-                self._db = self._spool(exc)
-                for row in self._opened.values():
-                    self._db.execute(_INSERT_RUN, row)
-                return work(self._db)
-        except LedgerError as exc:
-            self._failure = self._failure or exc
-            return None
-
-    def _submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        return self._executor.submit(fn, *args)
+    def _submit(self, work: Callable[[Database], T]) -> Future[T | None]:
+        return self._executor.submit(self._db.write, work)
 
     def start_run(
         self,
@@ -211,8 +166,8 @@ class Ledger:
             json.dumps(list(tags)),
             owner or this_process(),
         )
-        self._opened[run_id] = row
-        self._submit(self._write, lambda db: db.execute(_INSERT_RUN, row)).result()
+        self._db.opened[run_id] = row
+        self._submit(lambda db: db.execute(INSERT_RUN, row)).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
@@ -223,10 +178,10 @@ class Ledger:
         if first:  # one write job takes every row queued until it runs
             self._submit(self._write_rows)
 
-    def _write_rows(self) -> None:
+    def _write_rows(self, db: Database) -> None:
         with self._rows_lock:
             rows, self._rows = self._rows, []
-        self._write(lambda db: _insert_requests(db, rows))
+        _insert_requests(db, rows)
 
     def update_run(
         self,
@@ -257,28 +212,24 @@ class Ledger:
             run_id,
         )
         if stop_reason is not None:
-            self._opened.pop(run_id, None)
-        self._submit(self._write, lambda db: db.execute(_UPDATE_RUN, values))
+            self._db.opened.pop(run_id, None)
+        self._submit(lambda db: db.execute(_UPDATE_RUN, values))
 
     def hold(self, claim: Claim) -> Future[Verdict]:
         """Whether a call may start under its period caps, decided in one transaction that locks
         each cap's key and value, counting every machine's recorded calls and held ones; a call
         that may start is held until its row (or `release`) replaces the hold. Asked on the
         writer's thread, so every row queued here before is counted."""
-        return self._submit(self._write, lambda db: _hold(db, claim))
+        return self._submit(lambda db: _hold(db, claim))
 
     def release(self, request_id: str) -> None:
         """A held call ended without a row (it never reached the upstream)."""
-        self._submit(self._write, lambda db: db.execute("DELETE FROM holds WHERE request_id = ?", (request_id,)))
-
-    def spent_since(self, key: str, value: str, since: float) -> Future[Spent]:
-        """What the runs whose metadata `key` is `value` spent since `since`, as committed so far."""
-        return self._submit(lambda: _spent(self._db, key, value, since))
+        self._submit(lambda db: db.execute("DELETE FROM holds WHERE request_id = ?", (request_id,)))
 
     def abandon(self, run_id: str) -> None:
         """Close a run whose process died without closing it (a killed Ray worker's)."""
-        self._opened.pop(run_id, None)
-        self._submit(self._write, lambda db: abandon(db, run_id))
+        self._db.opened.pop(run_id, None)
+        self._submit(lambda db: abandon(db, run_id))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
@@ -287,22 +238,16 @@ class Ledger:
     @property
     def failure(self) -> LedgerError | None:
         """The first write that failed, if any (later rows may be missing)."""
-        return self._failure
+        return self._db.failure
 
     def raise_failure(self) -> None:
-        if self._failure is not None:
-            raise self._failure
+        if self._db.failure is not None:
+            raise self._db.failure
 
     def close(self) -> None:
-        """Wait for what is queued; a spooling ledger then tries the database once more and ships."""
+        """Wait for what is queued, then close (failover.Failover.close)."""
         self._executor.shutdown(wait=True)
         self._db.close()
-        if self._spooling:
-            try:
-                connect(self.location, timeout=self._timeout).close()  # which ships the spool first
-            except LedgerError:
-                return
-            self._warn(f"ledger {self.shown} is back: the spooled rows were shipped to it")
 
 
 def _insert_requests(db: Database, rows: list[tuple[Any, ...]]) -> None:

@@ -69,7 +69,7 @@ def test_a_key_read_from_the_environment_and_echoed_by_the_upstream_is_redacted_
     shown = json.dumps(result.to_dict()) + str(result.error) + "".join(json.dumps(e.to_dict()) for e in events)
     assert "Incorrect API key provided" in shown and key not in shown and "[REDACTED]" in shown
     rows = (
-        sqlite3.connect(settings.ledger_path)
+        sqlite3.connect(settings.ledger_location.path)
         .execute("SELECT error FROM requests UNION ALL SELECT error FROM runs")
         .fetchall()
     )
