@@ -20,7 +20,9 @@ PINNED_OPENCODE = pinned_binary(default_data_dir())  # where scripts/setup insta
 # Kept sessions of test runs never land in the real user's data dir.
 os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
 
+from opencode_gateway.accounting.ledger import LedgerLocation  # noqa: E402
 from tests.support.litellm_proxy import LiteLLMProxy, ProxyError, groups  # noqa: E402
+from tests.support.postgres import Postgres, PostgresError  # noqa: E402
 from tests.support.scripted_upstream import ScriptedUpstream  # noqa: E402
 
 SAMPLES = Path(__file__).parent / "data" / "opencode-samples"
@@ -92,6 +94,29 @@ def data_dir(tmp_path: Path) -> Path:
 def settings(opencode_bin: str, data_dir: Path, tmp_path: Path) -> Settings:
     """A run's settings in the tests: the real OpenCode, a data dir and a ledger of the test's own."""
     return Settings(opencode_bin=opencode_bin, data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL server (Debian's) on loopback, shared by the session; each test that
+    wants a team ledger makes a database of its own on it. Missing is a failure: scripts/setup
+    installs it."""
+    try:
+        server = Postgres().start()
+    except PostgresError as exc:
+        pytest.fail(f"PostgreSQL could not start (run scripts/setup): {exc}")
+    yield server
+    server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> LedgerLocation:
+    """A new, empty ledger on each backend: a SQLite file, then a database on the session's
+    PostgreSQL (its spool in the test's own data dir)."""
+    if request.param == "sqlite":
+        return LedgerLocation(path=tmp_path / "ledger.db")
+    server: Postgres = request.getfixturevalue("postgres")
+    return LedgerLocation.of(server.create_database(), tmp_path / "gateway-data")
 
 
 @pytest.fixture

@@ -46,7 +46,11 @@ def test_a_replayed_turn_is_priced_recorded_and_answered(
     assert sent["headers"]["authorization"] == "Bearer sk-virtual"  # the virtual key, never OpenCode's token
     assert sent["headers"]["x-litellm-tags"].startswith("harness,opencode")
     assert json.loads(sent["headers"]["x-litellm-spend-logs-metadata"])["ticket"] == "ENG-412"
-    row = sqlite3.connect(settings.ledger_location.path).execute("SELECT stop_reason, requests, cost FROM runs").fetchone()
+    row = (
+        sqlite3.connect(settings.ledger_location.path)
+        .execute("SELECT stop_reason, requests, cost FROM runs")
+        .fetchone()
+    )
     assert row == ("done", 1, 0.00123)
 
 

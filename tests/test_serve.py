@@ -198,7 +198,11 @@ async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attr
     assert sent[1]["x-litellm-tags"] == "harness,opencode,team,ticket:ENG-2"
     assert sent[0]["x-litellm-session-id"] != sent[1]["x-litellm-session-id"]
     ledger.flush()
-    runs = sqlite3.connect(settings.ledger_location.path).execute("SELECT session_id, requests, metadata FROM runs").fetchall()
+    runs = (
+        sqlite3.connect(settings.ledger_location.path)
+        .execute("SELECT session_id, requests, metadata FROM runs")
+        .fetchall()
+    )
     assert sorted((r[0], r[1], json.loads(r[2])["ticket"]) for r in runs) == [
         ("ses_victim", 1, "ENG-1"),
         ("ses_victim", 1, "ENG-2"),

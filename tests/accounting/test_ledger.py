@@ -1,4 +1,5 @@
-"""The ledger file: every request a row, committed at once; schema versioned; bad files refused."""
+"""The ledger, a SQLite file or a team's PostgreSQL database (each test that can runs on both):
+every request a row, committed at once, never twice; schema versioned; bad files refused."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.budget import WAIT, Claim, PeriodBudget, Refusal, Spent
-from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, connect
-from opencode_gateway.accounting.ledger.schema import MIGRATIONS
+from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation, connect
+from opencode_gateway.accounting.ledger.schema import MIGRATIONS, schema_version
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
@@ -62,9 +63,8 @@ def start(ledger: Ledger, run_id: str, metadata: dict | None = None, tags: tuple
     )
 
 
-def test_runs_and_requests_are_written(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    ledger = Ledger(path)
+def test_runs_and_requests_are_written(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
     start(ledger, "run_1", {"ticket": "ENG-412"})
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("b", usage=None, cost=None, source="unpriced"))
@@ -79,7 +79,7 @@ def test_runs_and_requests_are_written(tmp_path: Path) -> None:
         unpriced=1,
     )
     ledger.close()
-    db = connect(path, create=False)
+    db = connect(ledger_at, create=False)
     run = dict(db.execute("SELECT * FROM runs").fetchone())
     assert run["metadata"] == '{"ticket": "ENG-412"}' and run["stop_reason"] == "done"
     assert (run["requests"], run["input_tokens"], run["cost"], run["unpriced_requests"]) == (2, 1000, 0.001, 1)
@@ -89,13 +89,12 @@ def test_runs_and_requests_are_written(tmp_path: Path) -> None:
     assert rows[1]["usage_missing"] == 1 and rows[1]["cost"] is None and rows[1]["cost_source"] == "unpriced"
 
 
-def test_each_request_is_committed_before_the_run_ends(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    ledger = Ledger(path)
+def test_each_request_is_committed_before_the_run_ends(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
     start(ledger, "run_1")
     ledger.record_request("run_1", record("a"))
     ledger.flush()
-    other = sqlite3.connect(path)  # another process's view
+    other = connect(ledger_at, create=False)  # another process's view
     assert other.execute("SELECT count(*) FROM requests").fetchone()[0] == 1
     assert other.execute("SELECT ended_at FROM runs").fetchone()[0] is None
     ledger.close()
@@ -147,14 +146,14 @@ def test_reading_a_missing_ledger_says_where_it_looked(tmp_path: Path) -> None:
         connect(tmp_path / "absent.db", create=False)
 
 
-def test_a_request_written_twice_counts_once(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.db")
+def test_a_request_written_twice_counts_once(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
     start(ledger, "run_1")
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("a"))  # a retried or re-shipped write
     ledger.flush()
     assert ledger.failure is None
-    assert connect(tmp_path / "ledger.db").execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1
+    assert connect(ledger_at).execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1
     ledger.close()
 
 
@@ -182,31 +181,42 @@ def test_a_ledger_at_version_1_gains_the_owner_column(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def _open_at(path: str, moment: float) -> str:
+def _open_at(where: str, moment: float) -> str:
     time.sleep(max(0.0, moment - time.time()))
     try:
-        Ledger(Path(path)).close()
+        Ledger(LedgerLocation.of(where, Path(where).parent)).close()
     except LedgerError as exc:
         return str(exc)
     return "ok"
 
 
-def test_a_fresh_ledger_opened_by_many_processes_at_once_never_fails(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_fresh_ledger_opened_by_many_processes_at_once_never_fails(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    def fresh(trial: int) -> str:
+        return (
+            request.getfixturevalue("postgres").create_database()
+            if backend == "postgresql"
+            else str(tmp_path / f"ledger{trial}.db")
+        )
+
     context = multiprocessing.get_context("spawn")
     with context.Pool(8) as pool:
         for trial in range(5):
-            path = str(tmp_path / f"ledger{trial}.db")
+            where = fresh(trial)
             moment = time.time() + 1.5  # all eight open at the same instant, once the pool is up
-            assert pool.starmap(_open_at, [(path, moment)] * 8) == ["ok"] * 8
-            assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert pool.starmap(_open_at, [(where, moment)] * 8) == ["ok"] * 8
+            database = connect(LedgerLocation.of(where, tmp_path), create=False)
+            assert schema_version(database) == SCHEMA_VERSION
 
 
 _STARTS_A_RUN_AND_WAITS = """
 import sys, time
 from pathlib import Path
-from opencode_gateway.accounting.ledger import Ledger
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from tests.accounting.test_ledger import record, start
-ledger = Ledger(Path(sys.argv[1]))
+ledger = Ledger(LedgerLocation.of(sys.argv[1], Path(sys.argv[2])))
 start(ledger, "run_killed")
 ledger.record_request("run_killed", record("r1", cost=0.25))
 ledger.flush()
@@ -215,33 +225,34 @@ time.sleep(600)
 """
 
 
-def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
+def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(
+    ledger_at: LedgerLocation, tmp_path: Path
+) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-c", _STARTS_A_RUN_AND_WAITS, str(path)],
+        [sys.executable, "-c", _STARTS_A_RUN_AND_WAITS, ledger_at.url or str(ledger_at.path), str(tmp_path)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).parents[2],
     )
     try:
         assert process.stdout is not None and process.stdout.readline() == "started\n"
-        alive = connect(path)  # its process still runs: the run stays open
+        alive = connect(ledger_at)  # its process still runs: the run stays open
         assert alive.execute("SELECT stop_reason FROM runs").fetchone()[0] is None
         alive.close()
     finally:
         process.kill()
         process.wait()
-    connection = connect(path)
+    connection = connect(ledger_at)
     row = connection.execute("SELECT stop_reason, ended_at, requests, cost, error FROM runs").fetchone()
     assert row["stop_reason"] == "abandoned"
     assert row["ended_at"] == 1_790_000_000.5 and row["requests"] == 1 and row["cost"] == 0.25
     assert "ended without closing it" in row["error"]
 
 
-def test_a_period_cap_counts_the_day_s_recorded_and_held_calls_of_its_value(tmp_path: Path) -> None:
+def test_a_period_cap_counts_the_day_s_recorded_and_held_calls_of_its_value(ledger_at: LedgerLocation) -> None:
     cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 3})
     day = 1_790_035_200.0  # a UTC midnight
-    ledger = Ledger(tmp_path / "ledger.db")
+    ledger = Ledger(ledger_at)
     for run_id, ticket in (("a", "ENG-1"), ("b", "ENG-1"), ("c", "ENG-2")):
         start(ledger, run_id, {"ticket": ticket})
     ledger.record_request("a", record("a1", started_at=day - 100))  # yesterday
@@ -261,8 +272,8 @@ def test_a_period_cap_counts_the_day_s_recorded_and_held_calls_of_its_value(tmp_
     assert isinstance(verdict, Refusal) and "day budget of ticket=ENG-1 exceeded" in verdict.message
 
 
-def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.db")
+def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
     start(ledger, "run_1")
     writing, disk = threading.Event(), threading.Event()
     busy = ledger._executor.submit(lambda: writing.set() or disk.wait(60))  # the writer busy (a slow disk)
@@ -272,13 +283,13 @@ def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them
     assert not busy.done() and ledger._executor._work_queue.qsize() == 1  # one write job for all 500
     disk.set()
     ledger.flush()
-    rows = connect(tmp_path / "ledger.db", create=False).execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    rows = connect(ledger_at, create=False).execute("SELECT COUNT(*) FROM requests").fetchone()[0]
     assert rows == 500
     ledger.close()
 
 
-def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "ledger.db")
+def test_a_bad_row_in_a_batch_loses_no_other_row(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
     start(ledger, "run_1")
     ledger.record_request("run_1", record("dup"))
     ledger.flush()
@@ -288,7 +299,7 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(tmp_path: Path) -> None:
         ledger.record_request("run_1", record(request_id))
     disk.set()
     ledger.flush()
-    ids = {r[0] for r in connect(tmp_path / "ledger.db", create=False).execute("SELECT request_id FROM requests")}
+    ids = {r[0] for r in connect(ledger_at, create=False).execute("SELECT request_id FROM requests").fetchall()}
     assert ids == {"dup", "a", "b"}  # the duplicate is kept once, and its batch lost nothing
     assert ledger.failure is None
     ledger.close()

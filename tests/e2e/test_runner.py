@@ -609,7 +609,16 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
         )
         assert [g["key"] for g in json.loads(grouped.stdout)["groups"]] == [key], by
     typo = subprocess.run(
-        [sys.executable, "-m", "opencode_gateway", "report", "--by", "modle", "--ledger", str(settings.ledger_location)],
+        [
+            sys.executable,
+            "-m",
+            "opencode_gateway",
+            "report",
+            "--by",
+            "modle",
+            "--ledger",
+            str(settings.ledger_location),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -232,14 +232,13 @@ def abandon(database: Database, run_id: str) -> None:
     """Close an open run's row as `abandoned`, with the totals of the requests it recorded."""
     database.execute(
         "UPDATE runs SET ended_at = COALESCE((SELECT MAX(started_at + duration_s) FROM requests "
-        "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', "
-        "error = 'the process running it ended without closing it (killed?)', "
+        "WHERE run_id = runs.run_id), started_at), stop_reason = 'abandoned', error = ?, "
         + ", ".join(
             f"{column} = (SELECT {total} FROM requests WHERE run_id = runs.run_id)"
             for column, total in _RUN_TOTALS.items()
         )
         + " WHERE run_id = ? AND ended_at IS NULL",
-        (run_id,),
+        ("the process running it ended without closing it (killed?)", run_id),
     )
 
 

@@ -176,12 +176,12 @@ class Ledger:
             self._rows.append(row)
             first = len(self._rows) == 1
         if first:  # one write job takes every row queued until it runs
-            self._submit(self._write_rows)
+            self._executor.submit(self._write_rows)
 
-    def _write_rows(self, db: Database) -> None:
+    def _write_rows(self) -> None:
         with self._rows_lock:
             rows, self._rows = self._rows, []
-        _insert_requests(db, rows)
+        self._db.write(lambda db: _insert_requests(db, rows))  # a retry on the spool writes the same rows
 
     def update_run(
         self,
