@@ -1,4 +1,5 @@
-"""Spend reports: per ticket (or any metadata key), model, tag, day, run, session; json and csv."""
+"""Spend reports: per ticket (or any metadata key), model, tag, day, run, session; json and csv.
+Each runs on a SQLite ledger and on a PostgreSQL one, and the two give the same numbers."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import Ledger
+from opencode_gateway.accounting.budget import Claim, PeriodBudget, Spent
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
+from tests.support.postgres import Postgres
 
 DAY1, DAY2 = 1_790_000_000.0, 1_790_000_000.0 + 86_400  # 2026-09-21 and -22 (UTC)
 
@@ -45,11 +48,9 @@ def request(
     )
 
 
-@pytest.fixture
-def ledger_path(tmp_path: Path) -> Path:
+def fill(location: LedgerLocation) -> LedgerLocation:
     """Four runs: ENG-1 twice (one on another model), ENG-2 once, one run without a ticket."""
-    path = tmp_path / "ledger.db"
-    ledger = Ledger(path)
+    ledger = Ledger(location)
     runs = [
         (
             "r1",
@@ -85,11 +86,17 @@ def ledger_path(tmp_path: Path) -> Path:
         for r in records:
             ledger.record_request(run_id, r)
     ledger.close()
-    return path
+    return location
 
 
-def test_by_ticket_sums_each_ticket_most_expensive_first(ledger_path: Path) -> None:
-    report = build_report(ledger_path, by="ticket")
+@pytest.fixture
+def filled(ledger_at: LedgerLocation) -> LedgerLocation:
+    """fill()'s four runs, in a new ledger on each backend."""
+    return fill(ledger_at)
+
+
+def test_by_ticket_sums_each_ticket_most_expensive_first(filled: LedgerLocation) -> None:
+    report = build_report(filled, by="ticket")
     rows = {g.key: g for g in report.groups}
     assert [g.key for g in report.groups] == ["ENG-2", "ENG-1", None]
     eng1 = rows["ENG-1"]
@@ -107,8 +114,8 @@ def test_by_ticket_sums_each_ticket_most_expensive_first(ledger_path: Path) -> N
     assert total.cost == pytest.approx(0.0671) and total.unpriced_requests == 1
 
 
-def test_json_and_csv_carry_the_same_sums(ledger_path: Path) -> None:
-    report = build_report(ledger_path, by="ticket")
+def test_json_and_csv_carry_the_same_sums(filled: LedgerLocation) -> None:
+    report = build_report(filled, by="ticket")
     data = json.loads(report.render("json"))
     assert data["by"] == "ticket"
     assert [(g["key"], g["requests"]) for g in data["groups"]] == [("ENG-2", 2), ("ENG-1", 3), (None, 1)]
@@ -119,30 +126,30 @@ def test_json_and_csv_carry_the_same_sums(ledger_path: Path) -> None:
     assert rows[-1]["runs"] == "4" and rows[-1]["unpriced"] == "1"
 
 
-def test_the_table_has_a_total_line(ledger_path: Path) -> None:
-    table = build_report(ledger_path, by="ticket").render("table").splitlines()
+def test_the_table_has_a_total_line(filled: LedgerLocation) -> None:
+    table = build_report(filled, by="ticket").render("table").splitlines()
     assert table[0].split()[:3] == ["ticket", "runs", "requests"]
     assert table[-1].split()[0] == "TOTAL" and table[-2].startswith("---")
 
 
-def test_any_metadata_key_model_tag_day_run_session(ledger_path: Path) -> None:
-    assert {g.key: g.requests for g in build_report(ledger_path, by="team").groups} == {"a": 4, "b": 1, None: 1}
-    assert {g.key: g.requests for g in build_report(ledger_path, by="model").groups} == {
+def test_any_metadata_key_model_tag_day_run_session(filled: LedgerLocation) -> None:
+    assert {g.key: g.requests for g in build_report(filled, by="team").groups} == {"a": 4, "b": 1, None: 1}
+    assert {g.key: g.requests for g in build_report(filled, by="model").groups} == {
         "litellm_proxy/coder": 5,
         "openai/gpt-4o-mini": 1,
     }
-    by_tag = build_report(ledger_path, by="tag")
+    by_tag = build_report(filled, by="tag")
     assert {g.key: g.requests for g in by_tag.groups} == {"harness": 6, "opencode": 6, "nightly": 4}
     assert by_tag.total.requests == 6  # a request is counted once in the total, whatever its tags
-    assert {g.key: g.requests for g in build_report(ledger_path, by="day").groups} == {"2026-09-21": 4, "2026-09-22": 2}
-    assert {g.key for g in build_report(ledger_path, by="run").groups} == {"r1", "r2", "r3", "r4"}
-    assert {g.key for g in build_report(ledger_path, by="session").groups} == {"ses_r1", "ses_r2", "ses_r3", "ses_r4"}
+    assert {g.key: g.requests for g in build_report(filled, by="day").groups} == {"2026-09-21": 4, "2026-09-22": 2}
+    assert {g.key for g in build_report(filled, by="run").groups} == {"r1", "r2", "r3", "r4"}
+    assert {g.key for g in build_report(filled, by="session").groups} == {"ses_r1", "ses_r2", "ses_r3", "ses_r4"}
 
 
-def test_filters_by_time_and_metadata(ledger_path: Path) -> None:
-    assert build_report(ledger_path, by="ticket", since="2026-09-22").total.requests == 2
-    assert build_report(ledger_path, by="ticket", until="2026-09-21").total.requests == 4
-    only_a = build_report(ledger_path, by="ticket", where=[("team", "a")])
+def test_filters_by_time_and_metadata(filled: LedgerLocation) -> None:
+    assert build_report(filled, by="ticket", since="2026-09-22").total.requests == 2
+    assert build_report(filled, by="ticket", until="2026-09-21").total.requests == 4
+    only_a = build_report(filled, by="ticket", where=[("team", "a")])
     assert {g.key: g.requests for g in only_a.groups} == {"ENG-2": 2, "ENG-1": 2}
 
 
@@ -154,38 +161,40 @@ def test_filters_by_time_and_metadata(ledger_path: Path) -> None:
         ({"where": [("bad key", "x")]}, "metadata keys are"),
     ],
 )
-def test_bad_report_arguments_are_settings_errors(ledger_path: Path, kwargs: dict, message: str) -> None:
+def test_bad_report_arguments_are_settings_errors(filled: LedgerLocation, kwargs: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
-        build_report(ledger_path, **kwargs)
+        build_report(filled, **kwargs)
 
 
-def test_by_workdir_project_week_and_month(ledger_path: Path) -> None:
-    ledger = Ledger(ledger_path)
+def test_by_workdir_project_week_and_month(filled: LedgerLocation) -> None:
+    ledger = Ledger(filled)
     ledger.start_run(
         run_id="r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(), session_id=None
     )
     ledger.record_request("r5", request("r5", 1, (7, 1, 0), 0.001, started_at=DAY2 + 40 * 86_400))
     ledger.close()
-    assert {g.key: g.requests for g in build_report(ledger_path, by="workdir").groups} == {"/w": 6, "/src/app": 1}
-    assert build_report(ledger_path, by="project").groups == build_report(ledger_path, by="workdir").groups
-    assert {g.key: g.requests for g in build_report(ledger_path, by="month").groups} == {"2026-09": 6, "2026-11": 1}
+    assert {g.key: g.requests for g in build_report(filled, by="workdir").groups} == {"/w": 6, "/src/app": 1}
+    assert build_report(filled, by="project").groups == build_report(filled, by="workdir").groups
+    assert {g.key: g.requests for g in build_report(filled, by="month").groups} == {"2026-09": 6, "2026-11": 1}
     # 2026-09-21 is a Monday: it and the 22nd are one week; 2026-11-01, a Sunday, ends week 43
-    assert {g.key: g.requests for g in build_report(ledger_path, by="week").groups} == {"2026-W38": 6, "2026-W43": 1}
+    assert {g.key: g.requests for g in build_report(filled, by="week").groups} == {"2026-W38": 6, "2026-W43": 1}
 
 
-def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both(ledger_path: Path) -> None:
+def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both(
+    filled: LedgerLocation, tmp_path: Path
+) -> None:
     with pytest.raises(SettingsError) as caught:
-        build_report(ledger_path, by="modle")
+        build_report(filled, by="modle")
     message = str(caught.value)
     assert "cannot group by 'modle'" in message and "model, tag, day" in message and "team, ticket" in message
-    assert build_report(ledger_path, by="team").groups  # a key some run has
-    empty = ledger_path.parent / "empty.db"
+    assert build_report(filled, by="team").groups  # a key some run has
+    empty = LedgerLocation(path=tmp_path / "empty.db")
     Ledger(empty).close()
     assert build_report(empty, by="ticket").groups == ()  # the default, before any run has a ticket
 
 
-def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -> None:
-    ledger = Ledger(ledger_path)
+def test_by_run_marks_runs_that_are_unfinished_or_abandoned(filled: LedgerLocation) -> None:
+    ledger = Ledger(filled)
     ledger.update_run(
         run_id="r1",
         ended_at=DAY1 + 5,
@@ -198,7 +207,7 @@ def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -
     )
     ledger.abandon("r2")
     ledger.close()
-    report = build_report(ledger_path, by="run")
+    report = build_report(filled, by="run")
     status = {g.key: g.status for g in report.groups}
     assert status == {"r1": "done", "r2": "abandoned", "r3": "running", "r4": "running"}
     table = report.render("table")
@@ -206,8 +215,8 @@ def test_by_run_marks_runs_that_are_unfinished_or_abandoned(ledger_path: Path) -
     assert {g["key"]: g["status"] for g in json.loads(report.render("json"))["groups"]}["r2"] == "abandoned"
 
 
-def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_path: Path) -> None:
-    path = tmp_path / "saved.db"
+def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(ledger_at: LedgerLocation) -> None:
+    path = ledger_at
     ledger = Ledger(path)
     ledger.start_run(
         run_id="r",
@@ -240,10 +249,10 @@ def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(tmp_pa
     assert build_report(path, by="ticket").total.cache_saved is None  # never a partial sum read as the whole
 
 
-def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Path) -> None:
+def test_a_run_that_made_no_request_is_counted_with_its_outcome(filled: LedgerLocation) -> None:
     """Runs refused by the gateway's check, or interrupted before their first call, were left out
     (a ledger of 30 runs reported 20)."""
-    ledger = Ledger(ledger_path)
+    ledger = Ledger(filled)
     for run_id, outcome, error in (
         ("r5", "error", "the key may not use model group 'x'"),
         ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)"),
@@ -269,19 +278,19 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(ledger_path: Pat
             unpriced=0,
         )
     ledger.close()
-    outcomes = {g.key: g for g in build_report(ledger_path, by="outcome").groups}
+    outcomes = {g.key: g for g in build_report(filled, by="outcome").groups}
     assert outcomes["error"].runs == 1 and outcomes["error"].requests == 0
     assert outcomes["interrupted"].runs == 1 and outcomes["interrupted"].unpriced_requests == 0
-    report = build_report(ledger_path, by="ticket")
+    report = build_report(filled, by="ticket")
     assert report.total.runs == 6 and report.total.requests == 6  # the requests of r1..r4 only
     [eng3] = [g for g in report.groups if g.key == "ENG-3"]
     assert (eng3.runs, eng3.requests, eng3.cost) == (2, 0, 0.0)
-    by_day = {g.key: g.runs for g in build_report(ledger_path, by="day", since="2026-09-22").groups}
+    by_day = {g.key: g.runs for g in build_report(filled, by="day", since="2026-09-22").groups}
     assert by_day == {"2026-09-22": 4}  # r2, r4, and the two without requests, on the day they started
 
 
-def test_costs_in_json_carry_no_float_noise(tmp_path: Path) -> None:
-    path = tmp_path / "noise.db"
+def test_costs_in_json_carry_no_float_noise(ledger_at: LedgerLocation) -> None:
+    path = ledger_at
     ledger = Ledger(path)
     ledger.start_run(
         run_id="r",
@@ -299,8 +308,8 @@ def test_costs_in_json_carry_no_float_noise(tmp_path: Path) -> None:
     assert '"cost": 0.002832,' in build_report(path).render("json")
 
 
-def test_by_run_says_when_on_what_how_each_run_ended_and_its_metadata(ledger_path: Path) -> None:
-    report = build_report(ledger_path, by="run")
+def test_by_run_says_when_on_what_how_each_run_ended_and_its_metadata(filled: LedgerLocation) -> None:
+    report = build_report(filled, by="run")
     r1 = next(g for g in report.groups if g.key == "r1")
     assert r1.run is not None and (r1.run.model, dict(r1.run.metadata)) == (
         "litellm_proxy/coder",
@@ -311,8 +320,8 @@ def test_by_run_says_when_on_what_how_each_run_ended_and_its_metadata(ledger_pat
     assert report.to_dict()["groups"][0]["run"]["started_at"] == DAY1
 
 
-def test_a_breakdown_gives_each_group_its_models(ledger_path: Path) -> None:
-    report = build_report(ledger_path, by="ticket", breakdown=True)
+def test_a_breakdown_gives_each_group_its_models(filled: LedgerLocation) -> None:
+    report = build_report(filled, by="ticket", breakdown=True)
     eng1 = next(g for g in report.groups if g.key == "ENG-1")
     assert {p.key: p.requests for p in eng1.parts} == {"litellm_proxy/coder": 2, "openai/gpt-4o-mini": 1}
     assert sum(p.cost for p in eng1.parts) == pytest.approx(eng1.cost)
@@ -336,13 +345,42 @@ def test_relative_times_and_a_time_zone() -> None:
         parse_time("last tuesday")
 
 
-def test_days_follow_the_time_zone(ledger_path: Path) -> None:
+def test_days_follow_the_time_zone(filled: LedgerLocation) -> None:
     """The requests start at 13:33 UTC on the 21st and 22nd: at +11:00 that is 00:33 the next day."""
-    assert {g.key for g in build_report(ledger_path, by="day").groups} == {"2026-09-21", "2026-09-22"}
-    assert {g.key for g in build_report(ledger_path, by="day", tz="+11:00").groups} == {"2026-09-22", "2026-09-23"}
+    assert {g.key for g in build_report(filled, by="day").groups} == {"2026-09-21", "2026-09-22"}
+    assert {g.key for g in build_report(filled, by="day", tz="+11:00").groups} == {"2026-09-22", "2026-09-23"}
 
 
-def test_markdown_is_a_github_table(ledger_path: Path) -> None:
-    lines = build_report(ledger_path, by="ticket").render("markdown").splitlines()
+def test_markdown_is_a_github_table(filled: LedgerLocation) -> None:
+    lines = build_report(filled, by="ticket").render("markdown").splitlines()
     assert lines[0].startswith("| ticket | runs | requests |") and lines[1].startswith("| --- | ---: | ---: |")
     assert lines[-1].startswith("| **TOTAL** |") and all(line.endswith("|") for line in lines)
+
+
+@pytest.mark.parametrize("by", ["ticket", "team", "model", "tag", "day", "week", "month", "run", "session", "outcome"])
+def test_both_backends_give_the_same_report(by: str, tmp_path: Path, postgres: Postgres) -> None:
+    sqlite = fill(LedgerLocation(path=tmp_path / "ledger.db"))
+    team = fill(LedgerLocation.of(postgres.create_database(), tmp_path))
+
+    def figures(location: LedgerLocation) -> dict:
+        return build_report(location, by=by, breakdown=True, tz="+11:00").to_dict()
+
+    one, other = figures(sqlite), figures(team)
+    assert json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)  # costs too, to the last digit
+    assert one["groups"] and one["total"]["requests"] == 6
+
+
+def test_a_number_in_metadata_is_its_text_in_groups_filters_and_budgets(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
+    for run_id, pr in (("a", 42), ("b", 42), ("c", 7.5)):
+        ledger.start_run(
+            run_id=run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"pr": pr}, tags=(),
+            session_id=None,
+        )  # fmt: skip
+        ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
+    cap = PeriodBudget.from_setting("pr", {"per": "day", "max_requests": 2})
+    verdict = ledger.hold(Claim("x", ((cap, "42"),), Spent(1, 10, 0.0), DAY1 + 60)).result()
+    ledger.close()
+    assert {g.key: g.requests for g in build_report(ledger_at, by="pr").groups} == {"42": 2, "7.5": 1}
+    assert build_report(ledger_at, by="run", where=[("pr", "42")]).total.requests == 2
+    assert verdict is not None  # pr=42's two calls today are counted: a third is refused

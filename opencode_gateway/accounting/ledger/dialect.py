@@ -16,7 +16,7 @@ __all__ = ["POSTGRES", "SQLITE", "Dialect"]
 @dataclass(frozen=True)
 class Dialect:
     name: str
-    _meta: str  # the text of metadata key ? of a JSON column {column}
+    _meta: str  # the text of metadata key ? of a JSON column {column} (a number as its JSON text)
     meta_param: Callable[[str], str]  # the parameter that names the key
     tags_join: str  # `tag.value`: one row per tag of `r`
     metadata_keys: str  # every key of every run's metadata
@@ -35,7 +35,7 @@ class Dialect:
 
 SQLITE = Dialect(
     name="sqlite",
-    _meta="json_extract({column}, ?)",
+    _meta="CAST(json_extract({column}, ?) AS TEXT)",  # as Postgres's ->>: {"pr": 42} is "42" in both
     meta_param=lambda key: f'$."{key}"',
     tags_join=", json_each(r.tags) AS tag",
     metadata_keys="SELECT DISTINCT meta.key FROM runs, json_each(runs.metadata) AS meta",
