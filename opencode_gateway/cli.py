@@ -22,6 +22,7 @@ from .commands import (
     _cmd_doctor,
     _cmd_env,
     _cmd_install_opencode,
+    _cmd_ledger,
     _cmd_opencode,
     _cmd_report,
     _cmd_run,
@@ -222,6 +223,24 @@ def _sessions_command(commands: argparse._SubParsersAction[Parser]) -> None:
     sessions.set_defaults(handler=_cmd_sessions)
 
 
+def _ledger_command(commands: argparse._SubParsersAction[Parser]) -> None:
+    ledger = commands.add_parser(
+        "ledger", help="the ledger: its backend and spool (status), ship the spool (sync), import a ledger.db"
+    )
+    actions = ledger.add_subparsers(dest="action", required=True, parser_class=Parser)
+    status = actions.add_parser("status", help="the backend, schema version and what waits in the spool")
+    sync = actions.add_parser(
+        "sync", help="ship the spool to the team's database now (exit 1 while it cannot be reached)"
+    )
+    imported = actions.add_parser("import", help="merge a SQLite ledger file into the configured ledger")
+    imported.add_argument("file", metavar="FILE.db", help="a ledger file (runs already there are not added twice)")
+    for parser in (status, sync, imported):
+        ledger_flag(parser)
+        parser.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
+        parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+        parser.set_defaults(handler=_cmd_ledger)
+
+
 def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
     doctor = commands.add_parser(
         "doctor",
@@ -312,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     _install_opencode_command(commands)
     _doctor_command(commands)
     _report_command(commands)
+    _ledger_command(commands)
     _sessions_command(commands)
     return parser
 

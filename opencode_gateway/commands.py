@@ -185,6 +185,39 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if lines and all(line.status == "ok" for line in lines) else 1
 
 
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    """`ledger status|sync|import`: 0 done; 1 the team's database cannot be reached (the spool kept)."""
+    from .accounting.ledger.maintenance import import_ledger, status, sync
+    from .errors import LedgerUnavailable
+
+    location = settings_of(args).ledger_location
+    if args.action == "status":
+        state = status(location)
+        _print_json(state.to_dict()) if args.json else print("\n".join(state.lines()))
+        return 0 if state.problem is None or not location.exists() else 1
+    if args.action == "import":
+        moved = import_ledger(Path(args.file), location)
+        data: dict[str, Any] = {"ledger": location.shown, **moved.__dict__}
+        line = (
+            f"imported {args.file} into {location}: {moved.new_runs} of {moved.runs} runs and "
+            f"{moved.new_requests} of {moved.requests} requests were new"
+        )
+    elif not location.is_postgres:
+        data, line = {"ledger": location.shown, "runs": 0, "requests": 0}, f"ledger {location} is a file: no spool"
+    else:
+        try:
+            runs, requests = sync(location)
+        except LedgerUnavailable as exc:
+            if args.json:
+                _print_json({"ledger": location.shown, "error": str(exc)})
+            print(f"opencode-gateway: {exc}; the spool {location.spool} is kept for the next try", file=sys.stderr)
+            return 1
+        data = {"ledger": location.shown, "runs": runs, "requests": requests}
+        line = f"shipped {runs} runs and {requests} requests to {location}; nothing is waiting"
+    _print_json(data) if args.json else print(f"opencode-gateway: {line}")
+    return 0
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import diagnose
 

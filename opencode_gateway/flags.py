@@ -105,7 +105,12 @@ def sandbox_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def ledger_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ledger", metavar="PATH", help="the ledger file (default: <data dir>/ledger.db)")
+    parser.add_argument(
+        "--ledger",
+        metavar="PATH|URL",
+        help="the ledger: a file, or a team's postgresql://user@host/db (default: $OPENCODE_GATEWAY_LEDGER, "
+        "else <data dir>/ledger.db)",
+    )
 
 
 def opencode_bin_flag(parser: argparse.ArgumentParser) -> None:

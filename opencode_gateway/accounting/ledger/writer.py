@@ -211,9 +211,13 @@ class Ledger:
             unpriced,
             run_id,
         )
-        if stop_reason is not None:
-            self._db.opened.pop(run_id, None)
-        self._submit(lambda db: db.execute(_UPDATE_RUN, values))
+
+        def write(db: Database) -> None:
+            db.execute(_UPDATE_RUN, values)
+            if stop_reason is not None:  # here, after the rows queued before: a spool opened for them gets the run
+                self._db.opened.pop(run_id, None)
+
+        self._submit(write)
 
     def hold(self, claim: Claim) -> Future[Verdict]:
         """Whether a call may start under its period caps, decided in one transaction that locks
@@ -228,8 +232,7 @@ class Ledger:
 
     def abandon(self, run_id: str) -> None:
         """Close a run whose process died without closing it (a killed Ray worker's)."""
-        self._db.opened.pop(run_id, None)
-        self._submit(lambda db: abandon(db, run_id))
+        self._submit(lambda db: (abandon(db, run_id), self._db.opened.pop(run_id, None)))
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
