@@ -232,7 +232,12 @@ class Ledger:
 
     def abandon(self, run_id: str) -> None:
         """Close a run whose process died without closing it (a killed Ray worker's)."""
-        self._submit(lambda db: (abandon(db, run_id), self._db.opened.pop(run_id, None)))
+
+        def write(db: Database) -> None:
+            abandon(db, run_id)
+            self._db.opened.pop(run_id, None)
+
+        self._submit(write)
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed."""
