@@ -1,0 +1,128 @@
+"""`opencode-gateway ledger status|sync|import`, and a team ledger's configuration errors: each
+says what to do in one line, exits 2 before anything starts, and never prints the password."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation, connect
+from opencode_gateway.accounting.ledger.schema import REQUEST_COLUMNS, RUN_COLUMNS
+from opencode_gateway.accounting.records import RunUsage
+from tests.accounting.test_ledger import record, start
+from tests.support.cli import cli
+from tests.support.postgres import PASSWORD, Postgres
+
+ROOT = Path(__file__).parents[2]
+
+
+def old_ledger(path: Path) -> Path:
+    """A laptop's SQLite ledger: an ended run with two requests and an open one with one."""
+    ledger = Ledger(path)
+    start(ledger, "run_done", {"ticket": "ENG-1"})
+    ledger.record_request("run_done", record("a", cost=0.125))
+    ledger.record_request("run_done", record("b", usage=None, cost=None, source="unpriced"))
+    ledger.update_run(
+        run_id="run_done", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None,
+        usage=RunUsage(1000, 50, 600, 0, 10, requests=2), cost=0.125, unpriced=1,
+    )  # fmt: skip
+    start(ledger, "run_open", {"ticket": "ENG-2"}, tags=("harness", "nightly"))
+    ledger.record_request("run_open", record("c", cost=0.5))
+    ledger.close()
+    return path
+
+
+def everything(location: LedgerLocation) -> tuple[list[tuple], list[tuple]]:
+    database = connect(location, create=False)
+    try:
+        runs = database.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY run_id").fetchall()
+        requests = database.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests ORDER BY request_id")
+        return [tuple(r) for r in runs], [tuple(r) for r in requests.fetchall()]
+    finally:
+        database.close()
+
+
+def test_importing_a_ledger_brings_every_column_and_importing_it_again_adds_nothing(
+    ledger_at: LedgerLocation, tmp_path: Path
+) -> None:
+    source = old_ledger(tmp_path / "laptop.db")
+    where = ledger_at.url or str(ledger_at.path)
+    first = cli("ledger", "import", str(source), "--ledger", where)
+    assert first.returncode == 0, first.stderr
+    assert "2 of 2 runs and 3 of 3 requests were new" in first.stdout
+    assert everything(ledger_at) == everything(LedgerLocation(path=source))  # every column, as it was
+    again = cli("ledger", "import", str(source), "--ledger", where, "--json")
+    assert again.returncode == 0 and '"new_runs": 0, "new_requests": 0' in again.stdout
+    assert everything(ledger_at) == everything(LedgerLocation(path=source))
+    assert PASSWORD not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_importing_what_is_no_ledger_or_the_ledger_itself_is_refused(tmp_path: Path) -> None:
+    target = old_ledger(tmp_path / "ledger.db")
+    missing = cli("ledger", "import", str(tmp_path / "absent.db"), "--ledger", str(target))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    itself = cli("ledger", "import", str(target), "--ledger", str(target))
+    assert itself.returncode == 2 and "that is the configured ledger itself" in itself.stderr
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database" * 100)
+    corrupt = cli("ledger", "import", str(junk), "--ledger", str(target))
+    assert corrupt.returncode != 0 and "is not a readable SQLite database" in corrupt.stderr
+    assert len(everything(LedgerLocation(path=target))[1]) == 3  # nothing lost
+
+
+def test_status_names_the_backend_and_schema_version(ledger_at: LedgerLocation) -> None:
+    old_ledger(ledger_at.path) if ledger_at.path else Ledger(ledger_at).close()
+    result = cli("ledger", "status", "--ledger", ledger_at.url or str(ledger_at.path), "--json")
+    assert result.returncode == 0, result.stderr
+    backend = "postgresql" if ledger_at.url else "sqlite"
+    assert f'"backend": "{backend}"' in result.stdout and '"schema_version": 5' in result.stdout
+    assert PASSWORD not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (f"postgresql://llmproxy:wrong-{PASSWORD}@127.0.0.1:{{port}}/postgres", "refused the connection"),
+        (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:{{port}}/no_such_db", "refused the connection"),
+        (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:{{port}}", "names no database"),
+        (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:port/spend", "the port is not a number"),
+        (f"mysql://llmproxy:{PASSWORD}@127.0.0.1/spend", "only postgresql://"),
+    ],
+)
+def test_a_ledger_url_that_cannot_work_is_exit_2_in_one_line_with_the_password_masked(
+    url: str, message: str, postgres: Postgres, opencode_bin: str
+) -> None:
+    url = url.format(port=postgres.port)
+    for command in (
+        ["report", "--ledger", url],
+        ["ledger", "status", "--ledger", url],
+        ["run", "hi", "-m", "openai/gpt-4o-mini", "--api-base", "http://127.0.0.1:9/v1", "--ledger", url],
+    ):
+        result = cli(*command, "--opencode-bin", opencode_bin) if command[0] == "run" else cli(*command)
+        if command[:2] == ["ledger", "status"] and "refused" in message:
+            assert result.returncode == 1 and message in result.stdout  # status reports it, as its finding
+        else:
+            assert result.returncode == 2, (command, result)
+            assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert PASSWORD not in result.stdout + result.stderr and "***" in result.stdout + result.stderr
+
+
+def test_without_psycopg_a_postgres_ledger_is_exit_2_naming_the_install(postgres: Postgres) -> None:
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"  # as if the postgres extra were not installed
+        "from opencode_gateway.cli import main\n"
+        f"sys.exit(main(['report', '--ledger', {postgres.url('spend')!r}]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'opencode-gateway[postgres]'" in result.stderr and PASSWORD not in result.stderr
+
+
+def test_a_sqlite_ledger_has_nothing_to_sync(tmp_path: Path) -> None:
+    result = cli("ledger", "sync", "--ledger", str(old_ledger(tmp_path / "ledger.db")))
+    assert result.returncode == 0 and "is a file: no spool" in result.stdout
+    assert sqlite3.connect(tmp_path / "ledger.db").execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
