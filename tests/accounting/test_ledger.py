@@ -312,3 +312,54 @@ def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
     ledger.close()
     columns = [row[1] for row in sqlite3.connect(tmp_path / "ledger.db").execute("PRAGMA table_info(requests)")]
     assert sorted(REQUEST_COLUMNS) == sorted(columns)  # every column named, none twice, none missing
+
+
+def _claims_at(where: str, moment: float, worker: int) -> list[str]:
+    """Five calls of one ticket asking to start at `moment`, from this process; none ends."""
+    cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 3})
+    ledger = Ledger(LedgerLocation.of(where, Path(where).parent))
+    time.sleep(max(0.0, moment - time.time()))
+    claims = [Claim(f"w{worker}-{n}", ((cap, "ENG-7"),), Spent(1, 100, 0.0), time.time()) for n in range(5)]
+    verdicts = [ledger.hold(claim) for claim in claims]
+    answers = ["go" if v.result() is None else str(v.result()) for v in verdicts]
+    ledger.close()
+    return answers
+
+
+def _writes(where: str, moment: float, worker: int) -> str:
+    """100 request rows of a run of this process's own, and 20 of another process's again."""
+    ledger = Ledger(LedgerLocation.of(where, Path(where).parent))
+    start(ledger, f"run_{worker}")
+    time.sleep(max(0.0, moment - time.time()))
+    for n in range(100):
+        ledger.record_request(f"run_{worker}", record(f"w{worker}-{n:03}"))
+    for n in range(20):  # a retry, or a spool shipped twice: the same ids again
+        ledger.record_request(f"run_{worker}", record(f"w{(worker + 1) % 4}-{n:03}"))
+    ledger.close()
+    return str(ledger.failure)
+
+
+@pytest.fixture
+def shared(ledger_at: LedgerLocation) -> str:
+    """The ledger as another process names it (--ledger's value), its schema made."""
+    Ledger(ledger_at).close()
+    return ledger_at.url or str(ledger_at.path)
+
+
+def test_calls_from_two_processes_at_once_pass_a_period_cap_no_more_often_than_it_allows(shared: str) -> None:
+    """It held per process only: five runs from two processes under max_requests 3 made 5 calls."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        moment = time.time() + 1.5
+        answers = [a for some in pool.starmap(_claims_at, [(shared, moment, 0), (shared, moment, 1)]) for a in some]
+    assert answers.count("go") == 3 and answers.count("wait") == 7, answers  # the rest wait for the held ones
+
+
+def test_four_processes_writing_at_once_lose_and_double_no_row(shared: str, ledger_at: LedgerLocation) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        moment = time.time() + 1.5
+        assert pool.starmap(_writes, [(shared, moment, worker) for worker in range(4)]) == ["None"] * 4
+    database = connect(ledger_at, create=False)
+    ids = [row[0] for row in database.execute("SELECT request_id FROM requests").fetchall()]
+    assert len(ids) == 400 and set(ids) == {f"w{w}-{n:03}" for w in range(4) for n in range(100)}
