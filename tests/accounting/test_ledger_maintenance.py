@@ -3,6 +3,8 @@ says what to do in one line, exits 2 before anything starts, and never prints th
 
 from __future__ import annotations
 
+import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -126,3 +128,33 @@ def test_a_sqlite_ledger_has_nothing_to_sync(tmp_path: Path) -> None:
     result = cli("ledger", "sync", "--ledger", str(old_ledger(tmp_path / "ledger.db")))
     assert result.returncode == 0 and "is a file: no spool" in result.stdout
     assert sqlite3.connect(tmp_path / "ledger.db").execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+
+
+def test_a_read_only_role_reads_the_team_ledger_for_report_and_the_dashboard(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    url = postgres.create_database("read_only")
+    database = url.rsplit("/", 1)[1]
+    assert cli("ledger", "import", str(old_ledger(tmp_path / "laptop.db")), "--ledger", url).returncode == 0
+    # a run of a dead process on this machine: opening the ledger would close it as abandoned, a write
+    postgres.psql(f"UPDATE runs SET owner = '{socket.gethostname()}:999999999:1' WHERE run_id = 'run_open'", database)
+    postgres.psql(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'reader') THEN "
+        "CREATE ROLE reader LOGIN PASSWORD 'readerpw'; END IF; END $$;"
+        f"GRANT CONNECT ON DATABASE {database} TO reader;",
+    )
+    postgres.psql("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader", database)
+    reader = postgres.url(database, user="reader", password="readerpw")
+
+    report = cli("report", "--by", "ticket", "--format", "json", "--ledger", reader)
+    assert report.returncode == 0, report.stderr
+    total = json.loads(report.stdout)["total"]
+    assert (total["runs"], total["requests"], total["cost"]) == (2, 3, 0.625)
+    page = cli("report", "--html", str(tmp_path / "spend.html"), "--ledger", reader)
+    assert page.returncode == 0, page.stderr
+    assert "ENG-2" in (tmp_path / "spend.html").read_text()
+    assert "readerpw" not in report.stdout + report.stderr + page.stdout + page.stderr
+    # the reader changed nothing: the dead process's run is closed by the next writer, not by a report
+    assert postgres.psql("SELECT stop_reason IS NULL FROM runs WHERE run_id = 'run_open'", database) == "t\n"
+    denied = postgres.psql("SELECT has_table_privilege('reader', 'runs', 'UPDATE')", database)
+    assert denied == "f\n"
