@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import MappingProxyType
@@ -17,7 +16,7 @@ import pytest
 import respx
 
 from opencode_gateway.accounting.budget import Budget
-from opencode_gateway.accounting.ledger import Ledger
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation, connect
 from opencode_gateway.errors import SettingsError
 from opencode_gateway.launch import Launch, ServerState, server_token
 from opencode_gateway.serve import server_app
@@ -46,7 +45,8 @@ def stream_body(prompt: int, completion: int, cost: float) -> bytes:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path, ledger_at: LedgerLocation) -> Settings:
+    """A server on a gateway, its ledger a SQLite file or a team's PostgreSQL."""
     return Settings(
         api_base=GATEWAY,
         api_key="sk-virtual",
@@ -54,7 +54,16 @@ def settings(tmp_path: Path) -> Settings:
         tags=("team",),
         metadata={"team": "platform"},
         prompt_caching=NO_CACHING,
+        ledger=ledger_at.url or ledger_at.path,
     )
+
+
+def ledger_rows(settings: Settings, sql: str) -> list[tuple]:
+    database = connect(settings.ledger_location, create=False)
+    try:
+        return [tuple(row) for row in database.execute(sql).fetchall()]
+    finally:
+        database.close()
 
 
 @pytest.fixture
@@ -136,10 +145,8 @@ async def test_each_opencode_session_is_one_ledger_run_with_its_launchs_attribut
     assert stats["models"]["litellm_proxy/team-a"]["requests"] == 3
 
     ledger.flush()  # rows are written by the ledger's own thread
-    runs = (
-        sqlite3.connect(settings.ledger_location.path)
-        .execute("SELECT session_id, requests, input_tokens, cost, metadata, workdir FROM runs ORDER BY session_id")
-        .fetchall()
+    runs = ledger_rows(
+        settings, "SELECT session_id, requests, input_tokens, cost, metadata, workdir FROM runs ORDER BY session_id"
     )
     assert [(r[0], r[1], r[2]) for r in runs] == [("ses_a", 2, 400), ("ses_b", 1, 200)]
     assert runs[0][3] == pytest.approx(0.004) and json.loads(runs[0][4])["ticket"] == "ENG-1"
@@ -198,11 +205,7 @@ async def test_a_launch_cannot_add_to_another_launchs_session_or_choose_its_attr
     assert sent[1]["x-litellm-tags"] == "harness,opencode,team,ticket:ENG-2"
     assert sent[0]["x-litellm-session-id"] != sent[1]["x-litellm-session-id"]
     ledger.flush()
-    runs = (
-        sqlite3.connect(settings.ledger_location.path)
-        .execute("SELECT session_id, requests, metadata FROM runs")
-        .fetchall()
-    )
+    runs = ledger_rows(settings, "SELECT session_id, requests, metadata FROM runs")
     assert sorted((r[0], r[1], json.loads(r[2])["ticket"]) for r in runs) == [
         ("ses_victim", 1, "ENG-1"),
         ("ses_victim", 1, "ENG-2"),
@@ -349,11 +352,9 @@ async def test_a_launch_names_its_model(client: httpx.AsyncClient) -> None:
 
 
 async def test_a_period_budget_caps_a_tickets_sessions_across_launches(
-    gateway: respx.MockRouter, tmp_path: Path
+    gateway: respx.MockRouter, settings: Settings
 ) -> None:
-    settings = Settings(api_base=GATEWAY, api_key="sk-virtual", data_dir=tmp_path, prompt_caching=NO_CACHING).replace(
-        budgets={"ticket": {"per": "day", "max_cost": 0.00015}}
-    )
+    settings = settings.replace(budgets={"ticket": {"per": "day", "max_cost": 0.00015}})
     gateway.post(f"{GATEWAY}/v1/chat/completions").mock(
         side_effect=lambda request: httpx.Response(
             200, content=stream_body(10, 1, 0.0001), headers={"content-type": "text/event-stream"}
