@@ -126,9 +126,18 @@ def _on_worker(
         flush_traces()  # its run's trace sent before Ray may end this worker
 
 
+# The driver writes the ledger; a worker's rows reach it through a queue, so a worker is never
+# given where the ledger is or its password (Ray keeps a task's arguments, and shows them).
+_LEDGER_VARIABLES = ("OPENCODE_GATEWAY_LEDGER", "PGPASSWORD", "PGPASSFILE")
+
+
 def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:
-    """The settings a worker gets: a gateway's URL and key resolved here, where they were given
-    (perhaps in this environment), not read again from the worker's environment."""
+    """The settings a worker gets: no ledger, and a gateway's URL and key resolved here, where
+    they were given (perhaps in this environment), not read again from the worker's environment."""
+    environ = None if settings.environ is None else {
+        name: value for name, value in settings.environ.items() if name not in _LEDGER_VARIABLES
+    }  # fmt: skip
+    settings = settings.replace(ledger=None, environ=environ)
     if ModelRoute.of(options.get("model") or settings.model or "").mode != "gateway":
         return settings
     return settings.replace(api_base=settings.gateway_api_base, api_key=settings.gateway_api_key)

@@ -58,3 +58,19 @@ def test_the_caching_section_prices_the_same_session_three_ways(opencode_bin: st
     assert data["opencode alone"]["requests"] == 10
     assert data["team_over_claude"] == pytest.approx(1.0, abs=0.02)
     assert data["ours_over_native"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_ledger_section_counts_every_row_once_on_both_backends() -> None:
+    """`--only ledger --quick`: the relay on a SQLite and a PostgreSQL ledger, and eight writers of
+    one PostgreSQL ledger, every row written twice (the figures themselves are the script's)."""
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "bench"), "--only", "ledger", "--quick"], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert set(data["requests_per_s_c16"]) == {"sqlite", "postgresql"} and data["postgresql_over_sqlite"] > 0
+    for rows in data["relay_rows"].values():
+        assert rows["rows"] == rows["distinct"] == rows["expected"] > 0
+    writers = data["writers"]
+    assert writers["rows"] == writers["processes"] * writers["rows_each"] == 4000
+    assert (writers["lost"], writers["doubled"], writers["failures"]) == (0, 0, [])

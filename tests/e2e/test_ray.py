@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from opencode_gateway.accounting.ledger import LedgerLocation, connect
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -191,15 +192,23 @@ def test_a_worker_killed_mid_task_is_retried_and_its_spend_stays_as_an_abandoned
 
 
 def test_a_period_cap_holds_on_ray_the_drivers_ledger_answers_what_a_ticket_spent(
-    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    upstream: ScriptedUpstream,
+    opencode_bin: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ledger_at: LedgerLocation,
 ) -> None:
     """A day's cap per ticket, two tasks of one ticket one after the other: the first spends the
     cap on its worker, so the second (on another worker) is refused before its call leaves the
-    endpoint; a task of another ticket is not. The workers' runs ask the driver's ledger."""
+    endpoint; a task of another ticket is not. The workers' runs ask the driver's ledger, a SQLite
+    file or a team's PostgreSQL."""
     monkeypatch.setattr(upstream, "fallback", lambda body: Reply(text="done", usage=usage(1000, 50)))  # $0.00018
     config = tmp_path / "config.yaml"
     config.write_text("budgets:\n  ticket: {per: day, max_cost: 0.0001}\n")
-    argv = _batch(tmp_path, upstream, opencode_bin, [], "--concurrency", "1", "--config", str(config))
+    ledger = ledger_at.url or str(ledger_at.path)
+    argv = _batch(
+        tmp_path, upstream, opencode_bin, [], "--concurrency", "1", "--config", str(config), "--ledger", ledger
+    )
     (tmp_path / "tasks.jsonl").write_text(
         "".join(  # one ticket for two tasks
             json.dumps({"id": i, "prompt": f"Do task {i}", "metadata": {"ticket": ticket}}) + "\n"
@@ -216,12 +225,16 @@ def test_a_period_cap_holds_on_ray_the_drivers_ledger_answers_what_a_ticket_spen
     ]
     assert "day budget of ticket=ENG-7 exceeded since" in results["t2"]["error"]["message"]
     assert not [r for r in upstream.requests if "task t2" in json.dumps(r["body"])]  # refused at the endpoint
-    rows = (
-        sqlite3.connect(tmp_path / "ledger.db")
-        .execute("SELECT json_extract(metadata, '$.task_id'), stop_reason FROM runs")
-        .fetchall()
-    )
-    assert sorted(rows) == [("t1", "done"), ("t2", "budget_exceeded"), ("t3", "done")]
+    database = connect(ledger_at, create=False)
+    rows = database.execute("SELECT metadata, stop_reason FROM runs").fetchall()
+    database.close()
+    assert sorted((json.loads(r[0])["task_id"], r[1]) for r in rows) == [
+        ("t1", "done"),
+        ("t2", "budget_exceeded"),
+        ("t3", "done"),
+    ]
+    if ledger_at.password:
+        assert ledger_at.password not in driver.stdout + driver.stderr
 
 
 def test_without_ray_the_executor_is_exit_2_naming_the_extra(tmp_path: Path) -> None:
