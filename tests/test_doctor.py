@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tests.support.cli import cli
+from tests.support.postgres import PASSWORD, Postgres
 
 
 def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -> None:
@@ -59,3 +60,19 @@ def test_a_sandbox_that_cannot_work_fails_its_line_only_when_insisted_on(opencod
             and "bwrap is not installed" in check["detail"]
             and "apt-get install bubblewrap" in check["detail"]
         )
+
+
+def test_a_team_ledger_is_checked_by_connecting_and_its_password_is_never_printed(
+    opencode_bin: str, postgres: Postgres
+) -> None:
+    url = postgres.create_database()
+    good = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", url)
+    [line] = [line for line in good.stdout.splitlines() if "ledger" in line]
+    assert good.returncode == 0 and line.startswith("ok   ledger") and "(PostgreSQL)" in line, good.stdout
+    wrong = url.replace(PASSWORD, "not-the-password")
+    bad = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", wrong)
+    [line] = [line for line in bad.stdout.splitlines() if "ledger" in line]
+    assert bad.returncode == 1 and line.startswith("FAIL ledger") and "check the URL's user, password" in line
+    for result in (good, bad):
+        assert PASSWORD not in result.stdout + result.stderr and "not-the-password" not in result.stdout
+        assert "llmproxy:***@" in result.stdout
