@@ -28,6 +28,7 @@ from opencode_gateway.errors import (
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from opencode_gateway.settings import Settings
+from tests.support.inspection import opencode_as_seen
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -187,18 +188,7 @@ def test_secrets_never_reach_opencode(
 
     def inspect_opencode(body: dict) -> Reply:
         """Runs inside the model server while OpenCode waits for this answer."""
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"--format\0json" in cmdline:
-                    seen["cmdline"] = cmdline
-                    seen["environ"] = Path(f"/proc/{pid}/environ").read_bytes()
-                    env = dict(v.split(b"=", 1) for v in seen["environ"].split(b"\0") if b"=" in v)
-                    seen["config_dir"] = json.loads(env[b"OPENCODE_CONFIG_CONTENT"])
-                    private = Path(env[b"XDG_CONFIG_HOME"].decode()).parent
-                    seen["private_files"] = {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()}
-            except (OSError, KeyError, ValueError):
-                continue
+        seen.update(opencode_as_seen())
         return Reply(text="looked")
 
     upstream.script(inspect_opencode)
@@ -213,9 +203,9 @@ def test_secrets_never_reach_opencode(
     assert result.ok and "environ" in seen
     for secret in (b"sk-virtual-secret", b"sk-env-provider-key"):
         assert secret not in seen["cmdline"] and secret not in seen["environ"]
-    assert "sk-virtual-secret" not in json.dumps(seen["config_dir"])
-    assert seen["private_files"]  # opencode.json, the token file, OpenCode's own files
-    for name, content in seen["private_files"].items():
+    assert "sk-virtual-secret" not in json.dumps(seen["config"])
+    assert seen["files"]  # opencode.json, the token file, OpenCode's own files
+    for name, content in seen["files"].items():
         assert b"sk-virtual-secret" not in content and b"sk-env-provider-key" not in content, name
     assert b"Look" not in seen["cmdline"]  # the prompt goes on stdin, not argv
 

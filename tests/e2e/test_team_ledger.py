@@ -16,6 +16,7 @@ import pytest
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import LedgerLocation, connect
 from opencode_gateway.settings import Settings
+from tests.support.inspection import opencode_as_seen
 from tests.support.postgres import PASSWORD, Postgres
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
@@ -34,16 +35,7 @@ def test_a_run_on_a_team_ledger_records_there_and_never_shows_the_password(
 
     def inspect_opencode(body: dict) -> Reply:
         """Runs inside the model server while OpenCode waits for this answer: what it can see."""
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"--format\0json" in cmdline:
-                    seen["cmdline"], seen["environ"] = cmdline, Path(f"/proc/{pid}/environ").read_bytes()
-                    env = dict(v.split(b"=", 1) for v in seen["environ"].split(b"\0") if b"=" in v)
-                    private = Path(env[b"XDG_CONFIG_HOME"].decode()).parent
-                    seen["files"] = {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()}
-            except (OSError, KeyError, ValueError):
-                continue
+        seen.update(opencode_as_seen())
         return Reply(text="looked", usage=usage(1200, 30, cost=0.00042))
 
     upstream.script(inspect_opencode)

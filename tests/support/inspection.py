@@ -1,0 +1,34 @@
+"""What a running OpenCode (`opencode run --format json`) holds, read from /proc by a test while
+OpenCode waits for the scripted model's answer: its argv, its environment and every file of its
+private folder. Tests of secrets look for a key in each."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["opencode_as_seen"]
+
+
+def opencode_as_seen() -> dict[str, Any]:
+    """`cmdline` and `environ` (raw bytes), `config` (the OPENCODE_CONFIG_CONTENT it was given)
+    and `files` (path -> bytes) of the OpenCode process running now; {} when none is found."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"--format\0json" not in cmdline:
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            env = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
+            private = Path(env[b"XDG_CONFIG_HOME"].decode()).parent
+            return {
+                "cmdline": cmdline,
+                "environ": environ,
+                "config": json.loads(env[b"OPENCODE_CONFIG_CONTENT"]),
+                "files": {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()},
+            }
+        except (OSError, KeyError, ValueError):
+            continue
+    return {}
