@@ -32,7 +32,7 @@ from .litellm_gateway.protocol import ModelRoute
 from .settings import Settings
 from .traces import flush as flush_traces
 
-__all__ = ["INSTALL", "RayExecutor", "load_ray"]
+__all__ = ["INSTALL", "RayExecutor", "load_ray", "worker_settings"]
 
 INSTALL = "pip install 'opencode-gateway[ray]'"
 _ANSWER_TIMEOUT = 120.0  # seconds a worker waits for the driver to say what was spent
@@ -131,7 +131,7 @@ def _on_worker(
 _LEDGER_VARIABLES = ("OPENCODE_GATEWAY_LEDGER", "PGPASSWORD", "PGPASSFILE")
 
 
-def _shipped(settings: Settings, options: Mapping[str, Any]) -> Settings:
+def worker_settings(settings: Settings, options: Mapping[str, Any]) -> Settings:
     """The settings a worker gets: no ledger, and a gateway's URL and key resolved here, where
     they were given (perhaps in this environment), not read again from the worker's environment."""
     environ = None if settings.environ is None else {
@@ -183,7 +183,7 @@ class RayExecutor:
         ):  # it will ask what was spent
             self._answers[task.id] = self._queues()
         ref = self._remote.remote(
-            task, batch, _shipped(settings, options), dict(options), self._queue, self._answers.get(task.id)
+            task, batch, worker_settings(settings, options), dict(options), self._queue, self._answers.get(task.id)
         )
         try:
             outcome: Outcome = await ref

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-from opencode_gateway.ray_executor import _shipped
+from opencode_gateway.ray_executor import worker_settings
 from opencode_gateway.settings import Settings
 
 PASSWORD = "team-ledger-secret"
@@ -17,7 +17,7 @@ def test_a_worker_is_given_neither_the_team_ledger_nor_its_password() -> None:
     for model, ledger in (("openai/gpt-4o-mini", URL), ("litellm_proxy/team-a", None)):
         settings = Settings(model=model, api_base="http://127.0.0.1:4000", api_key="sk-1", ledger=ledger)
         for given in (settings.replace(environ=environ), settings.replace(environ=environ).validated()):
-            shipped = _shipped(given, {})
+            shipped = worker_settings(given, {})
             assert PASSWORD.encode() not in pickle.dumps(shipped)
             assert shipped.ledger is None and shipped.environ is not None
             assert dict(shipped.environ) == {"HOME": "/h"}  # the rest of the environment travels as it did

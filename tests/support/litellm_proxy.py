@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script (scripts/setup does): the repository's root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.net import free_port
 from tests.support.postgres import Postgres  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,12 +126,6 @@ def install() -> None:
     READY.touch()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _get(url: str, timeout: float = 2.0) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -210,7 +204,7 @@ class LiteLLMProxy:
         }
         config_path = self._workdir / "config.yaml"
         config_path.write_text(json.dumps(config))  # JSON is YAML
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = self._workdir / "proxy.log"
         env = {**_environment(), "DATABASE_URL": database}
         with self.log_path.open("wb") as log:

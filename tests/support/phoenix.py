@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -12,19 +11,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.support.net import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX = ROOT / ".tools" / "phoenix" / "bin" / "phoenix"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Phoenix:
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.traces_endpoint = f"{self.url}/v1/traces"
         self._dir = tempfile.mkdtemp(prefix="phoenix-")
@@ -35,7 +30,7 @@ class Phoenix:
             **os.environ,
             "PHOENIX_HOST": "127.0.0.1",
             "PHOENIX_PORT": str(self.port),
-            "PHOENIX_GRPC_PORT": str(_free_port()),
+            "PHOENIX_GRPC_PORT": str(free_port()),
             "PHOENIX_WORKING_DIR": self._dir,
             "PHOENIX_TELEMETRY_ENABLED": "false",
         }

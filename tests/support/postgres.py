@@ -16,10 +16,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.support.net import free_port
 
 __all__ = ["PASSWORD", "USER", "Postgres", "PostgresError"]
 
@@ -29,12 +30,6 @@ PASSWORD = "dbpassword"
 
 class PostgresError(RuntimeError):
     """The server could not be set up or started; the message says why."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Postgres:
@@ -47,7 +42,7 @@ class Postgres:
         self.bin = Path(found[-1]).parent
         self.user = "postgres" if os.geteuid() == 0 else None  # initdb refuses to run as root
         self.dir = Path(tempfile.mkdtemp(prefix="ocg-pg-"))
-        self.port = _free_port()
+        self.port = free_port()
         self._made = 0
 
     def url(self, database: str, *, user: str = USER, password: str = PASSWORD) -> str:
