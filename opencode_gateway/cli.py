@@ -46,6 +46,7 @@ from .flags import (
 from .opencode.binary import SUPPORTED
 from .opencode.config import OPENCODE_VERSION
 from .opencode.sandbox import SANDBOX_KINDS
+from .terminal import shown
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -365,10 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except SettingsError as exc:
-        print(f"opencode-gateway: error: {exc}", file=sys.stderr)
+        print(shown(f"opencode-gateway: error: {exc}"), file=sys.stderr)
         return 2
     except GatewayError as exc:
-        print(f"opencode-gateway: error: {exc}", file=sys.stderr)
+        print(shown(f"opencode-gateway: error: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         signum = _Stopped.signum

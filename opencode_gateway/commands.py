@@ -16,6 +16,7 @@ from .arguments import output_schema, pairs, settings_of, stdin_text
 from .errors import SettingsError
 from .settings import RunSettings, Settings
 from .settings_file import load_settings
+from .terminal import shown
 
 if TYPE_CHECKING:
     from .launch import ServerState
@@ -83,17 +84,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OutputInvalid as exc:
         result = exc.result
     for warning in result.warnings:
-        print(f"opencode-gateway: warning: {warning}", file=sys.stderr)
+        print(shown(f"opencode-gateway: warning: {warning}"), file=sys.stderr)
     if args.json:
         _print_json(result.to_dict())
     else:
         if result.output is not None:
             _print_json(result.output)
-        elif result.text:
-            print(result.text)
+        elif result.text:  # whole and as written into a pipe or a file; on a terminal, shown
+            print(shown(result.text) if sys.stdout.isatty() else result.text)
         if result.error is not None:
-            print(f"opencode-gateway: error: {result.error}", file=sys.stderr)
-        print(_result_line(result), file=sys.stderr)
+            print(shown(f"opencode-gateway: error: {result.error}"), file=sys.stderr)
+        print(shown(_result_line(result)), file=sys.stderr)
     return 0 if result.ok else 1
 
 

@@ -10,7 +10,6 @@ the status line from its own thread, so the clock moves while nothing else does.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -34,6 +33,7 @@ from .events import (
     ToolResult,
     UpstreamRetry,
 )
+from .terminal import shown  # rich passes ESC through: every piece of text is shown with it made visible
 
 __all__ = ["BatchView", "RunView", "elapsed"]
 
@@ -45,16 +45,6 @@ def elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-# Control characters but newline and tab: what the model, the agent or a file it read writes here
-# reaches a person's terminal, where ESC starts a command (clear the screen, retitle it, set the
-# clipboard). Rich passes ESC through; every piece of text is shown with these made visible.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _shown(text: str) -> str:
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def _one_line(text: str, width: int = _TITLE_WIDTH) -> str:
@@ -97,7 +87,7 @@ class RunView:
             f"request{'s' if self.requests != 1 else ''} · {self.tokens:,} tokens · {cost} · {self.activity}"
         )
         self._spinner.text = RichText(status, style="dim")
-        return Group(RichText(_shown(self._line)), self._spinner) if self._line else self._spinner
+        return Group(RichText(shown(self._line)), self._spinner) if self._line else self._spinner
 
     def show(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -153,7 +143,7 @@ class RunView:
             self._line = ""
 
     def _print(self, text: RichText) -> None:
-        self.console.print(RichText(_shown(text.plain), style=text.style))
+        self.console.print(RichText(shown(text.plain), style=text.style))
 
 
 class BatchFigures(Protocol):
@@ -203,7 +193,7 @@ class BatchView:
         return Group(table, RichText(progress.line(), style="bold"))
 
     def print(self, text: str) -> None:
-        self.console.print(RichText(_shown(text), style="red" if "FAILED" in text else ""))
+        self.console.print(RichText(shown(text), style="red" if "FAILED" in text else ""))
 
     def start(self) -> None:
         self._live.start()

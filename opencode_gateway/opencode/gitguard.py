@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..terminal import quoted
+
 __all__ = ["GitControl"]
 
 # Files of a git dir that make git run something or read its config and hooks from elsewhere.
@@ -136,15 +138,15 @@ class GitControl:
                         out.write(content)
         warnings = (
             [
-                f"the run changed files git runs or reads its settings from ({', '.join(changed)}): they were "
-                "put back as they were before the run"
+                f"the run changed files git runs or reads its settings from ({', '.join(map(quoted, changed))}): "
+                "they were put back as they were before the run"
             ]
             if set(changed) - set(unsafe)
             else []
         )
         if unsafe:
             warnings.append(
-                f"the run put a symlink where git's folders were ({', '.join(unsafe)} lie behind it): "
+                f"the run put a symlink where git's folders were ({', '.join(map(quoted, unsafe))} lie behind it): "
                 "nothing was written through it; check .git before you run git here"
             )
         return warnings

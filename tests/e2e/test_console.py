@@ -125,3 +125,36 @@ def test_quiet_and_a_pipe_show_no_live_view(upstream: ScriptedUpstream, opencode
     while "opencode-gateway: done" not in terminal.text and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "opencode-gateway: done" in terminal.text and "openai/gpt-4o-mini · " not in terminal.text
+
+
+ANSWER = "Done.\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b]8;;http://evil.example\x1b\\here\x1b]8;;\x1b\\\n"
+
+
+def _answer_to(stdout: int, upstream: ScriptedUpstream, opencode_bin: str, workdir: Path) -> bytes:
+    upstream.script(Reply(text=ANSWER, usage=usage(100, 5)))
+    result = subprocess.run(
+        [
+            *CLI, "run", "-q", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x",
+            "--opencode-bin", opencode_bin, "--workdir", str(workdir), "answer",
+        ],
+        stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout or b""
+
+
+def test_an_answer_on_a_terminal_cannot_command_it_and_a_pipe_gets_it_whole(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path
+) -> None:
+    """OSC 52 (the clipboard), a window title and an OSC 8 hyperlink in the answer: shown as text on
+    a terminal's stdout; a pipe or a file (a program reading the answer) gets the bytes as written."""
+    terminal = Terminal()
+    _answer_to(terminal.slave, upstream, opencode_bin, workdir)
+    os.close(terminal.slave)
+    deadline = time.monotonic() + 10
+    while "Done." not in terminal.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "Done.\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b]0;pwned\\x07" in terminal.text
+    assert b"\x1b" not in terminal.output and b"\x07" not in terminal.output
+    piped = _answer_to(subprocess.PIPE, upstream, opencode_bin, workdir)
+    assert piped.decode() == ANSWER + "\n"  # the text as the model wrote it, then print's newline
