@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -181,10 +182,16 @@ def test_a_ledger_at_version_1_gains_the_owner_column(tmp_path: Path) -> None:
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+def _opened(where: str) -> Ledger:
+    """The ledger `where` names, opened as another process opens it: a Postgres ledger's spool in a
+    data dir of the process's own (never beside a URL, which would make a folder named for it)."""
+    return Ledger(LedgerLocation.of(where, Path(tempfile.mkdtemp(prefix="ocg-data-"))))
+
+
 def _open_at(where: str, moment: float) -> str:
     time.sleep(max(0.0, moment - time.time()))
     try:
-        Ledger(LedgerLocation.of(where, Path(where).parent)).close()
+        _opened(where).close()
     except LedgerError as exc:
         return str(exc)
     return "ok"
@@ -317,7 +324,7 @@ def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
 def _claims_at(where: str, moment: float, worker: int) -> list[str]:
     """Five calls of one ticket asking to start at `moment`, from this process; none ends."""
     cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 3})
-    ledger = Ledger(LedgerLocation.of(where, Path(where).parent))
+    ledger = _opened(where)
     time.sleep(max(0.0, moment - time.time()))
     claims = [Claim(f"w{worker}-{n}", ((cap, "ENG-7"),), Spent(1, 100, 0.0), time.time()) for n in range(5)]
     verdicts = [ledger.hold(claim) for claim in claims]
@@ -328,7 +335,7 @@ def _claims_at(where: str, moment: float, worker: int) -> list[str]:
 
 def _writes(where: str, moment: float, worker: int) -> str:
     """100 request rows of a run of this process's own, and 20 of another process's again."""
-    ledger = Ledger(LedgerLocation.of(where, Path(where).parent))
+    ledger = _opened(where)
     start(ledger, f"run_{worker}")
     time.sleep(max(0.0, moment - time.time()))
     for n in range(100):
