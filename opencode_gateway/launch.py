@@ -28,6 +28,7 @@ import httpx
 
 from .accounting.budget import Budget
 from .accounting.records import Purpose
+from .attribution import check_attribution
 from .errors import SettingsError
 from .opencode import config as oc_config
 from .opencode.binary import find_opencode
@@ -35,7 +36,7 @@ from .opencode.gitguard import GitControl
 from .opencode.purpose import routed_model
 from .opencode.sandbox import resolve_sandbox
 from .opencode.workspace import Workspace
-from .settings import RunSettings, Settings, check_attribution
+from .settings import RunSettings, Settings
 from .wiring import opencode_env
 
 __all__ = [

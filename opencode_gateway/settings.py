@@ -15,7 +15,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -24,6 +24,7 @@ from typing import Any, Union
 from .accounting.budget import Budget, PeriodBudget
 from .accounting.ledger.location import LedgerLocation
 from .accounting.pricing import Price
+from .attribution import check_attribution
 from .credentials import gateway_keys, held_secrets
 from .endpoint.limits import UpstreamLimits
 from .errors import SettingsError
@@ -31,7 +32,7 @@ from .litellm_gateway.protocol import Mode, ModelRoute
 from .opencode.agent import AgentConfig
 from .opencode.sandbox import SandboxConfig
 
-__all__ = ["UNSET", "RunSettings", "Settings", "check_attribution", "check_routes", "default_data_dir", "json_kinds"]
+__all__ = ["UNSET", "RunSettings", "Settings", "check_routes", "default_data_dir", "json_kinds"]
 
 
 def default_data_dir() -> Path:
@@ -353,9 +354,6 @@ def check_routes(model: str, routes: Mapping[str, str]) -> None:
             )
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def json_kinds(annotation: Any) -> tuple[type, ...]:
     """The JSON (and YAML) value types a setting or option of type `annotation` is written as:
     a text for str and paths, a list for sequences, an object for mappings and JSON schemas."""
@@ -377,20 +375,3 @@ def json_kinds(annotation: Any) -> tuple[type, ...]:
     if origin is os.PathLike or isinstance(annotation, type) and issubclass(annotation, os.PathLike):
         return (str,)
     raise TypeError(f"no JSON form for {annotation!r}")
-
-
-def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_metadata_keys: Iterable[str]) -> None:
-    """Tags and metadata as the gateway can carry them: raises SettingsError naming the bad one."""
-    for tag in tags:
-        if not isinstance(tag, str) or not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
-            raise SettingsError(
-                f"tag {tag!r} is invalid: tags are non-empty text with no comma, edge spaces "
-                "or control characters (CR/LF)"
-            )
-    for key in tag_metadata_keys:
-        value = str(metadata.get(key, ""))
-        if "," in value or _CONTROL.search(value):
-            raise SettingsError(
-                f"metadata {key}={metadata[key]!r} contains a comma or a control character "
-                f"(CR/LF), but {key} is also sent as a tag (tag_metadata_keys): remove it"
-            )

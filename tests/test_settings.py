@@ -85,6 +85,7 @@ def test_missing_file_is_a_settings_error(tmp_path: Path) -> None:
         (Settings(model="m", max_cost=float("inf")), "max_cost inf is invalid"),
         (Settings(model="m", tags=("a\r\nx-evil: 1",)), "control characters"),
         (Settings(model="m", metadata={"ticket": "ENG-1\nx"}), "control character"),
+        (Settings(model="m", metadata={"owner": "x\x1b]0;T\x07"}), "holds a control character"),
         (Settings(model="m", env=("HOME",)), "sets HOME itself"),
         (Settings(model="m", env=("OPENCODE_CONFIG",)), "sets OPENCODE_CONFIG itself"),
         (Settings(model="m", env=("NOT_SET_ANYWHERE_X",)), "is not set in this environment"),

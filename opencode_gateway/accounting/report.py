@@ -14,6 +14,7 @@ from datetime import timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
+from ..terminal import cell
 from .ledger import LedgerLocation, connect
 from .ledger.queries import group_rows
 from .times import utc_time, zone
@@ -114,14 +115,32 @@ class Report:
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
             writer.writerow(header)
-            writer.writerows(cells)
+            writer.writerows([[_csv_cell(cell) for cell in row] for row in cells])
             return out.getvalue()
         if fmt == "markdown":  # the figures' columns aligned right
             rows = [header, ["---:" if i >= len(header) - 11 else "---" for i in range(len(header))]]
-            rows += [[cell.replace("|", "\\|") for cell in row] for row in cells[:-1]]
-            rows.append([f"**{cell}**" if cell else "" for cell in cells[-1]])
+            rows += [[_markdown_cell(cell) for cell in row] for row in cells[:-1]]
+            rows.append([f"**{_markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
             return "".join("| " + " | ".join(row) + " |\n" for row in rows)
         return render_table(header, cells)
+
+
+# A cell a spreadsheet would run as a formula (=HYPERLINK(...), +cmd|..., -, @SUM) or that
+# begins with a tab or CR (which some spreadsheets strip, then run what follows)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Markdown that would leave a cell or draw outside its text: the cell's end, an escape, HTML
+# (an <img> beacon), an entity, and a link's brackets
+_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def _csv_cell(text: str) -> str:
+    """A cell no spreadsheet runs: one that could begin a formula is prefixed with `'`."""
+    return f"'{text}" if text.startswith(_FORMULA_START) else text
+
+
+def _markdown_cell(text: str) -> str:
+    """A cell of a GitHub table that stays one line of text: newlines folded, markup escaped."""
+    return cell(" ".join(text.splitlines())).translate(_MARKDOWN)
 
 
 def _cells(group: Group, label: str, by_run: bool) -> list[str]:
@@ -175,11 +194,12 @@ def _group_dict(group: Group) -> dict[str, Any]:
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total: bool = True) -> str:
     """Aligned columns (the first to the left, the rest to the right), a rule above the last row
-    when it is a `total`."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    when it is a `total`; every control character shown (terminal.cell)."""
+    table = [[cell(text) for text in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = [
         "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-        for row in [header, *rows]
+        for row in table
     ]
     if total and rows:
         lines.insert(-1, "-" * len(lines[0]))

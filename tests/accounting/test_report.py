@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -384,3 +385,66 @@ def test_a_number_in_metadata_is_its_text_in_groups_filters_and_budgets(ledger_a
     assert {g.key: g.requests for g in build_report(ledger_at, by="pr").groups} == {"42": 2, "7.5": 1}
     assert build_report(ledger_at, by="run", where=[("pr", "42")]).total.requests == 2
     assert verdict is not None  # pr=42's two calls today are counted: a third is refused
+
+
+HOSTILE = {
+    "team": 'a\n\n## Approved\n[merge now](http://127.0.0.1:9/x) <img src="http://127.0.0.1:9/b.png"> |x|\\',
+    "ticket": '=HYPERLINK("http://127.0.0.1:9/","ok")',
+    "owner": "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;TITLE\x07",
+}
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> LedgerLocation:
+    """A ledger holding values no check let through today (an older gateway wrote them, or an
+    import did): a report still shows each as text in its cell."""
+    location = LedgerLocation(path=tmp_path / "ledger.db")
+    ledger = Ledger(location)
+    for run_id, metadata in (("h1", HOSTILE), ("h2", {"ticket": "+cmd|' /C calc'!A0", "team": "@SUM(1)"})):
+        ledger.start_run(
+            run_id=run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata=metadata, tags=(),
+            session_id=None,
+        )  # fmt: skip
+        ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
+    ledger.close()
+    return location
+
+
+def test_markdown_keeps_a_hostile_value_in_its_cell(hostile: LedgerLocation) -> None:
+    """A pull-request comment gets no heading, link or image beacon from a metadata value."""
+    for by in ("team", "run"):
+        text = build_report(hostile, by=by).render("markdown")
+        lines = text.splitlines()
+        assert len(lines) == 2 + 2 + 1  # header, rule, two groups, total: the newlines were folded
+        assert all(line.startswith("| ") and line.endswith(" |") for line in lines)
+        assert "<img" not in text and not re.search(r"(?<!\\)\]\(", text) and "\x1b" not in text
+        assert "&lt;img" in text and "\\[merge now\\]" in text and "\\|x\\|\\\\" in text
+        cell_ends = re.compile(r"(?<!\\)(?:\\\\)*\|")  # a | after an even run of backslashes
+        assert {len(cell_ends.findall(line)) for line in lines} == {len(cell_ends.findall(lines[0]))}
+
+
+def test_csv_cells_cannot_start_a_formula(hostile: LedgerLocation) -> None:
+    for by in ("ticket", "team", "run"):
+        rows = list(csv.reader(io.StringIO(build_report(hostile, by=by).render("csv"))))
+        assert not [c for row in rows for c in row if c[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    tickets = [row[0] for row in csv.reader(io.StringIO(build_report(hostile, by="ticket").render("csv")))]
+    assert '\'=HYPERLINK("http://127.0.0.1:9/","ok")' in tickets  # kept whole, shown as text
+
+
+def test_the_terminal_table_shows_control_characters(hostile: LedgerLocation) -> None:
+    for by in ("owner", "team", "run"):
+        text = build_report(hostile, by=by).render("table")
+        assert "\x1b" not in text and "\x07" not in text
+        assert len(text.splitlines()) == 1 + 2 + 1 + 1  # header, groups, rule, total
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in build_report(hostile, by="owner").render("table")
+
+
+@pytest.mark.parametrize("value", ["a\nb", "ok\x1b]0;T\x07", "tab\there", "c1\x9b2J", ["x", {"y": "\r"}]])
+def test_a_metadata_value_with_a_control_character_is_refused(value: object) -> None:
+    from opencode_gateway.attribution import check_attribution
+
+    with pytest.raises(SettingsError, match="holds a control character"):
+        check_attribution((), {"team": value}, ("ticket",))
+    with pytest.raises(SettingsError, match="holds a control character"):
+        check_attribution((), {"te\nam": "x"}, ())
+    check_attribution((), {"team": "a b", "pr": 42, "labels": ["x", {"y": "z"}]}, ("ticket",))
