@@ -237,7 +237,11 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
     OpenCode. Returns OpenCode's exit code."""
     binary = find_opencode(settings.opencode_bin, settings.data_dir)
     notes: list[str] = []
-    if resolve_sandbox(settings.sandbox, notes) == "none":
+    confinement = resolve_sandbox(settings.sandbox, notes)
+    settings.sandbox_config.check_ledger(
+        settings.ledger_location.path, workdir=Path(env["PWD"]), data_dir=settings.data_dir, confinement=confinement
+    )
+    if confinement == "none":
         for note in notes:
             print(f"opencode-gateway: warning: {note}", file=sys.stderr)
         os.execve(binary, [binary, *arguments], dict(env))

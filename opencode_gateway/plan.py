@@ -105,6 +105,9 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     resumed_store = _check_session(settings, session_id, cwd)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
+    settings.sandbox_config.check_ledger(
+        settings.ledger_location.path, workdir=cwd, data_dir=settings.data_dir, confinement=confinement
+    )
     return Plan(
         settings=settings,
         prompt=prompt + (spec.prompt_suffix() if spec else ""),

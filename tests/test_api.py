@@ -84,3 +84,14 @@ def test_the_blocking_forms_refuse_to_run_inside_an_event_loop() -> None:
             next(stream("Hi", model="openai/gpt-4o-mini"))
 
     asyncio.run(inside())
+
+
+def test_a_ledger_in_the_workdir_is_refused_before_opencode_starts(tmp_path: Path) -> None:
+    """A CI checkout that holds the ledger: the agent would read other runs' tickets in its
+    -wal file and could truncate -shm under the gateway (SIGBUS). Nothing starts, nothing is written."""
+    ledger = tmp_path / "ledger.db"
+    with pytest.raises(SettingsError, match=f"the ledger {ledger} is in {tmp_path}, which this run's agent can see"):
+        run(
+            "hi", model="m", api_key="sk-x", workdir=tmp_path, settings=Settings(ledger=ledger, data_dir=tmp_path / "d")
+        )
+    assert list(tmp_path.iterdir()) == []

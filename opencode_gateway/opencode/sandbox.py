@@ -61,6 +61,31 @@ class SandboxConfig:
             if not Path(path).is_absolute() or not Path(path).exists():
                 raise SettingsError(f"sandbox path {path!r} must be an absolute path that exists")
 
+    def check_ledger(self, ledger: Path | None, *, workdir: Path, data_dir: Path, confinement: str) -> None:
+        """Refuse a SQLite ledger whose folder the run would see. While it writes, SQLite keeps
+        live pages in files it makes beside the ledger (-wal, -shm, -journal), after any mount
+        made at the start could hide them: an agent that sees them reads other runs' tickets,
+        and one that truncates -shm kills the gateway (SIGBUS) with the run's rows. A sandbox
+        hides the data dir whole; unconfined, the workdir is the one folder refused (the agent
+        can reach the rest of the user's files anyway: docs/isolation.md)."""
+        if ledger is None:
+            return
+        folder = ledger.resolve().parent
+        if confinement == "bwrap":
+            if _within(folder, [data_dir.resolve()]):
+                return
+            shown = [workdir, *map(Path, (*SYSTEM_DIRS, *self.allow_write, *self.allow_read))]
+        else:
+            shown = [workdir]
+        seen = [path.resolve() for path in shown if _within(folder, [path.resolve()])]
+        if seen:
+            raise SettingsError(
+                f"the ledger {ledger} is in {seen[0]}, which this run's agent can see: SQLite keeps "
+                "live rows in files beside it (-wal, -shm, -journal) that the agent could read or "
+                "truncate; put the ledger elsewhere (--ledger PATH outside the workdir, the data dir, "
+                "or a team ledger postgresql://...)"
+            )
+
     def sandbox(self, secrets: tuple[Path, ...]) -> Sandbox:
         """The confinement of one run, hiding `secrets` (the gateway's files) wherever they are."""
         return Sandbox(self.network, tuple(map(Path, self.allow_write)), tuple(map(Path, self.allow_read)), secrets)
@@ -276,7 +301,8 @@ class Sandbox:
             **{path: "--bind" for path in writable[len(self.writable) :]},
         }
         for secret in self.secrets:
-            command += _hiding(secret, keep, shown_folders)
+            if not any(folder in secret.parents for folder in self.secrets):  # hidden with its folder
+                command += _hiding(secret, keep, shown_folders)
         # The repository's OpenCode folder (or the folder of the workdir it links to): project
         # config is off, but OpenCode still imports its plugins' code, and an agent (this run's or
         # an earlier one's) can write there.

@@ -97,3 +97,30 @@ def test_the_config_becomes_a_sandbox_hiding_the_gateways_files(tmp_path: Path) 
 def test_a_bad_sandbox_config_is_refused_naming_the_fix(config: SandboxConfig, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         config.check()
+
+
+@pytest.mark.parametrize("confinement", ["bwrap", "none"])
+def test_a_sqlite_ledger_the_run_would_see_is_refused(confinement: str, tmp_path: Path) -> None:
+    """SQLite's live files (-wal, -shm, -journal) appear beside the ledger as it runs: no mount
+    made at the start hides them, so the ledger's folder must be out of the agent's sight."""
+    workdir, shared, data_dir = tmp_path / "checkout", tmp_path / "shared", tmp_path / "checkout" / ".gateway"
+    for folder in (workdir, shared, data_dir):
+        folder.mkdir(exist_ok=True)
+    config = SandboxConfig(confinement, allow_read=(str(shared),))
+
+    def check(ledger: Path) -> None:
+        config.check_ledger(ledger, workdir=workdir, data_dir=data_dir, confinement=confinement)
+
+    for ledger in (workdir / "ledger.db", workdir / "sub" / "ledger.db"):
+        with pytest.raises(SettingsError, match=f"is in {workdir}, which this run's agent can see.*-wal, -shm"):
+            check(ledger)
+    if confinement == "bwrap":  # what the sandbox shows besides the workdir counts too
+        with pytest.raises(SettingsError, match=f"is in {shared}, which"):
+            check(shared / "ledger.db")
+        check(data_dir / "ledger.db")  # the data dir is hidden whole, wherever it is
+    else:  # unconfined, the agent can reach the user's files anyway; only the workdir is refused
+        check(shared / "ledger.db")
+        with pytest.raises(SettingsError, match="which this run's agent can see"):
+            check(data_dir / "ledger.db")
+    check(tmp_path / "elsewhere" / "ledger.db")
+    config.check_ledger(None, workdir=workdir, data_dir=data_dir, confinement=confinement)  # a team ledger
