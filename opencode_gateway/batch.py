@@ -166,6 +166,7 @@ async def run_batch(
         raise SettingsError(f"--concurrency {concurrency} is invalid: run at least 1 task at a time")
     for task in tasks:  # everything that can be checked, before anything runs
         try:
+            _check_template(task, settings)
             check(
                 task.prompt,
                 settings=settings,
@@ -204,6 +205,21 @@ async def run_batch(
         raise
     finally:
         progress.close()
+
+
+def _check_template(task: Task, settings: Settings) -> None:
+    """Refuse a workdir template that holds one of the gateway's files (settings, a key, the data
+    dir, the ledger or its live files): every task's agent would get a copy of it, with the
+    keys in it or other tasks' tickets."""
+    if task.template is None:
+        return
+    template = task.template.resolve()
+    for path in settings.gateway_files:
+        if path.exists() and (path == template or template in path.parents):
+            raise SettingsError(
+                f"its workdir {template} holds the gateway's own {path}: "
+                "each task's workdir starts as a copy, so its agent would get it; move it out of the template"
+            )
 
 
 def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], started: float) -> None:

@@ -197,10 +197,11 @@ class Settings:
     @property
     def gateway_files(self) -> tuple[Path, ...]:
         """The gateway's own files, which a sandbox hides wherever they are: settings and key
-        files, the data dir, the ledger file (a Postgres ledger's spool is in the data dir) and
-        libpq's password file."""
+        files, the data dir, the ledger file and the live files SQLite keeps beside it (a Postgres
+        ledger's spool is in the data dir) and libpq's password file."""
         ledger, passfile = self.ledger_location.path, self._environ.get("PGPASSFILE")
-        files = (self.data_dir, *([ledger] if ledger else []), *([Path(passfile)] if passfile else []))
+        ledgers = [ledger.with_name(ledger.name + end) for end in ("", "-wal", "-shm", "-journal")] if ledger else []
+        files = (self.data_dir, *ledgers, *([Path(passfile)] if passfile else []))
         return (*self.secret_files, *(file.resolve() for file in files))
 
     @property

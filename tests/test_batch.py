@@ -3,12 +3,14 @@ and the summary say what happened, and a resumed batch keeps the results of fini
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
 
 import pytest
 
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.records import RunUsage
 from opencode_gateway.batch import (
     Batch,
@@ -17,11 +19,13 @@ from opencode_gateway.batch import (
     Task,
     fresh_workdir,
     load_tasks,
+    run_batch,
     summary,
 )
 from opencode_gateway.errors import SettingsError, UpstreamError
 from opencode_gateway.events import RequestFinished
 from opencode_gateway.result import RunResult
+from opencode_gateway.settings_file import load_settings
 
 
 def tasks_file(tmp_path: Path, *lines: object) -> Path:
@@ -219,3 +223,35 @@ def test_a_workdir_the_agent_swapped_for_a_symlink_is_not_followed(tmp_path: Pat
     with pytest.raises(SettingsError, match="was not made by a batch"):
         fresh_workdir(task, batch)
     assert (elsewhere / "precious.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("held", ["settings file", "key file", "ledger", "ledger-wal", "data dir"])
+def test_a_template_holding_the_gateways_own_files_is_refused_before_any_task_runs(
+    held: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository used as every task's workdir template that also holds the gateway's settings,
+    its key file or the ledger: each task's agent would get a copy (the provider key, the settings,
+    other tasks' tickets). The batch stops before any workdir is made, naming the file."""
+    monkeypatch.delenv("LITELLM_PROXY_API_BASE", raising=False)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "provider.key").write_text("sk-provider-key-0123")
+    config = (repo if held == "settings file" else tmp_path) / "gateway.yaml"
+    config.write_text("api_key: file:repo/provider.key\n" if held == "key file" else "timeout: 60\n")
+    ledger = (repo if held.startswith("ledger") else tmp_path) / "ledger.db"
+    if held == "ledger-wal":
+        (repo / "ledger.db-wal").write_text("pages of other runs")
+    data_dir = repo / ".gateway" if held == "data dir" else tmp_path / "data"
+    data_dir.mkdir()
+    settings = load_settings(config if held in ("settings file", "key file") else None)
+    settings = settings.replace(model="openai/gpt-4o-mini", api_key="sk-x", ledger=ledger, data_dir=data_dir)
+    if held == "ledger":
+        Ledger(LedgerLocation(path=ledger)).close()
+    batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a", "workdir": "repo"}))
+    expected = {
+        "settings file": config, "key file": repo / "provider.key", "ledger": ledger,
+        "ledger-wal": repo / "ledger.db-wal", "data dir": data_dir,
+    }[held]  # fmt: skip
+    with pytest.raises(SettingsError, match=f"task t1: its workdir {repo} holds the gateway's own {expected}: "):
+        asyncio.run(run_batch(load_tasks(batch.tasks_file), batch, settings))
+    assert not batch.workdir_root.exists() and not batch.results_file.exists()
