@@ -5,7 +5,6 @@ starts. `Parts` are what a test may swap (how OpenCode's process is made, where 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,12 +164,12 @@ def opencode_process(
     tag: str,
     git: GitControl,
     make: Callable[..., OpenCodeProcess],
-) -> tuple[OpenCodeProcess, str]:
-    """OpenCode's process, not yet started, given its isolated config with the endpoint's address;
+    token: str,
+) -> OpenCodeProcess:
+    """OpenCode's process, not yet started, given its isolated config with the endpoint's address
     and the run's token, which the endpoint is to ask for."""
     settings = plan.settings
     workspace.prepare()
-    token = secrets.token_urlsafe(32)
     readable = workspace.add_skills(plan.skills)
     instructions = workspace.add_instructions(
         [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part]
@@ -198,7 +197,7 @@ def opencode_process(
             git=git,
         )
         inherited = (seccomp,)
-    return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited), token
+    return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited)
 
 
 def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:
@@ -207,7 +206,7 @@ def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:
 
     def tracing() -> Tracing | None:
         if not made:
-            made.append(tracing_for(settings.otel, settings.secrets, settings.environ))
+            made.append(tracing_for(settings.otel, settings.environ))
         return made[0]
 
     return tracing

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -164,17 +165,13 @@ async def run_batch(
     `executor` (default: in this process); the outcomes of this invocation, in the tasks' order."""
     if concurrency < 1:
         raise SettingsError(f"--concurrency {concurrency} is invalid: run at least 1 task at a time")
-    for task in tasks:  # everything that can be checked, before anything runs
-        try:
-            _check_template(task, settings)
-            check(
-                task.prompt,
-                settings=settings,
-                workdir=task.template or batch.tasks_file.parent,
-                **_options(task, batch, settings),
-            )
-        except SettingsError as exc:
-            raise SettingsError(f"task {task.id}: {exc}") from None
+    with tempfile.TemporaryDirectory() as blank:  # the workdirs are made later: a blank one stands in
+        for task in tasks:  # everything that can be checked, before anything runs
+            try:
+                _check_workdir(task, batch, settings)
+                check(task.prompt, settings=settings, workdir=task.template or blank, **_options(task, batch, settings))
+            except SettingsError as exc:
+                raise SettingsError(f"task {task.id}: {exc}") from None
     finished = finished_values(settings.ledger_location, "task_id", {"batch_id": batch.batch_id}) if resume else set()
     todo = [task for task in tasks if task.id not in finished]
     kept = _kept_results(batch.results_file, finished) if resume else []
@@ -207,24 +204,22 @@ async def run_batch(
         progress.close()
 
 
-def _check_template(task: Task, settings: Settings) -> None:
-    """Refuse a workdir template that holds one of the gateway's files (settings, a key, the data
-    dir, the ledger or its live files): every task's agent would get a copy of it, with the
-    keys in it or other tasks' tickets."""
-    if task.template is None:
-        return
-    template = task.template.resolve()
-    for path in settings.gateway_files:
-        if path.exists() and (path == template or template in path.parents):
-            raise SettingsError(
-                f"its workdir {template} holds the gateway's own {path}: "
-                "each task's workdir starts as a copy, so its agent would get it; move it out of the template"
-            )
+def _check_workdir(task: Task, batch: Batch, settings: Settings) -> None:
+    """Refuse a task whose workdir, or the template it is copied from, holds one of the
+    gateway's files (settings, a key, the data dir, the ledger or its live files): its agent
+    would get it (with the keys in it or other tasks' tickets), and a rerun empties the workdir."""
+    folders = [(batch.workdir_root / task.id, "the agent sees it and a rerun empties it")]
+    if task.template is not None:
+        folders.append((task.template.resolve(), "each task's workdir starts as a copy, so its agent would get it"))
+    for folder, why in folders:
+        for path in settings.gateway_files:
+            if path.exists() and (path == folder or folder in path.parents):
+                raise SettingsError(f"its workdir {folder} holds the gateway's own {path}: {why}; move it out")
 
 
 def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], started: float) -> None:
     """The batch's own span, which each of its runs' traces links to (traces.py), with its totals."""
-    tracing = tracing_for(settings.otel, settings.secrets)
+    tracing = tracing_for(settings.otel)
     if tracing is None:
         return
     sums = Totals()  # the batch's runs' records, summed as each run's account summed its own
@@ -239,7 +234,9 @@ def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], 
             "opencode_gateway.failed": sum(not o.ok for o in outcomes),
         }
     )
-    tracing.root(RunSpan(batch.batch_id, "batch", settings.model or "", started, time.time(), attributes))
+    tracing.root(
+        RunSpan(batch.batch_id, "batch", settings.model or "", started, time.time(), attributes), settings.secrets
+    )
 
 
 def _kept_results(results_file: Path, finished: set[str]) -> list[str]:

@@ -8,14 +8,27 @@ redacted and what `--env` refuses to pass.
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import dataclasses
 import hashlib
 import re
 import sys
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
-__all__ = ["gateway_keys", "held_secrets", "is_credential", "redact", "refuse_inspection", "token_digest"]
+__all__ = [
+    "gateway_keys",
+    "held_secrets",
+    "is_credential",
+    "redact",
+    "redacted",
+    "refuse_inspection",
+    "token_digest",
+]
+_T = TypeVar("_T")
 
 REDACTED = "[REDACTED]"
 # A value shorter than this is not redacted when it is found only by its variable's name: a
@@ -99,6 +112,35 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text
+
+
+def redacted(value: _T, secrets: Iterable[str]) -> _T:
+    """`value` with every secret in its text replaced, for what a run hands out (events, its
+    result): text, a dataclass (an event, a record, a result), an error, or lists, tuples and
+    mappings of them, copied; anything else as it is."""
+    ordered = tuple(sorted(filter(None, secrets), key=len, reverse=True))
+    return _walk(value, ordered) if ordered else value
+
+
+def _walk(value: Any, ordered: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        for secret in ordered:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, BaseException):  # its message and attributes (an exit's stderr tail)
+        error = copy.copy(value)
+        error.args = _walk(value.args, ordered)
+        error.__dict__.update(_walk(dict(vars(value)), ordered))
+        return error
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _walk(getattr(value, f.name), ordered) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
+    if isinstance(value, Mapping):
+        items = {_walk(key, ordered): _walk(item, ordered) for key, item in value.items()}
+        return MappingProxyType(items) if isinstance(value, MappingProxyType) else items
+    if type(value) in (list, tuple):
+        return type(value)(_walk(item, ordered) for item in value)
+    return value
 
 
 def token_digest(token: str) -> str:

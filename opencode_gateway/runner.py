@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import shutil
 import tempfile
 import time
@@ -35,6 +36,7 @@ from .assembly import (
     warm_up,
 )
 from .conclusion import Happened, conclude
+from .credentials import redacted
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .errors import PreflightError
@@ -112,9 +114,10 @@ class _Hooks:
         self.run.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
 
     def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
-        """Live text is passed on, not kept: OpenCode's Text events hold the same text whole."""
+        """Live text is passed on, not kept: OpenCode's Text events hold the same text whole. Each
+        piece is redacted as it comes (a secret split over two pieces is caught in the whole Text)."""
         if self.run.on_event is not None:
-            self.run.on_event(live_event(session_id, kind, piece))
+            self.run.on_event(redacted(live_event(session_id, kind, piece), self.run.secrets))
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
         self.run.offered.update(tool_names(body))
@@ -177,7 +180,10 @@ class _Run:
         self.on_event = on_event
         self.deltas = deltas
         self.account = account_for(plan.settings, ledger, self.recorded)
-        self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id)
+        self.token = secrets.token_urlsafe(32)  # the endpoint's, which OpenCode is given
+        # What no event, result or span of this run may show: its keys and its token
+        self.secrets = (*plan.settings.secrets, self.token)
+        self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id, self.secrets)
         self.offered: set[str] = set()  # the tools OpenCode offered the model (an MCP server's among them?)
         self.events: list[Event] = []
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
@@ -205,14 +211,18 @@ class _Run:
 
     def printed(self, event: Event) -> None:
         """An event of OpenCode's own (its stdout)."""
-        self.seen(event)
+        event = self.seen(event)
         self.trace.event(event)
         self.order.saw(event)
 
-    def seen(self, event: Event) -> None:
+    def seen(self, event: Event) -> Event:
+        """An event, kept and passed on redacted of the run's secrets (an agent can echo a key
+        it was given, a model one it was told): as the caller, `--json` and the terminal get it."""
+        event = redacted(event, self.secrets)
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
+        return event
 
     async def execute(self) -> RunResult:
         plan, settings = self.plan, self.settings
@@ -262,14 +272,14 @@ class _Run:
         where: dict[str, Target] = {}  # the targets of the run's requests, once built
         warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the warm-up, once it starts
         try:
-            self.process, token = opencode_process(
-                self.plan, workspace, server, socket_path, tag, git, self.parts.opencode
+            self.process = opencode_process(
+                self.plan, workspace, server, socket_path, tag, git, self.parts.opencode, self.token
             )
             await self.process.start()
             self.preflight = Preflight(settings, self.process)
             warm = asyncio.ensure_future(asyncio.to_thread(warm_up, settings, self.plan.session_id))
             where.update(targets(settings, tagging, self.account, self.parts))
-            server.app = endpoint_app(settings, token, where, self.account, _Hooks(self))
+            server.app = endpoint_app(settings, self.token, where, self.account, _Hooks(self))
             async with server:
                 ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
             if self.preflight is not None:
@@ -290,7 +300,7 @@ class _Run:
 
     def _result(self, happened: Happened) -> RunResult:
         """The result, the ledger row closed with it; an invalid output is raised."""
-        result = conclude(happened, self.plan.output)
+        result = conclude(redacted(happened, self.secrets), self.plan.output)
         self.trace.end(run_root(result, self.settings, time.time()))
         error = result.error
         self.account.row.finish(result.session_id, result.stop_reason, None if error is None else str(error))

@@ -126,7 +126,7 @@ class SessionRouter:
         self.totals = Totals()
         self.model_totals: dict[str, Totals] = {}
         self.metrics = Metrics(settings.metrics_labels, self.in_flight)
-        self.tracing = tracing_for(settings.otel, settings.secrets)
+        self.tracing = tracing_for(settings.otel)
 
     def mint(self, launch: Launch) -> str:
         token = secrets.token_urlsafe(32)
@@ -175,7 +175,7 @@ class SessionRouter:
         self.model_totals.setdefault(record.model, Totals()).add(record)
         self.metrics.recorded(record, run.metadata)
         if self.tracing is not None:
-            self.tracing.request(run.account.run_id, record)
+            self.tracing.request(run.account.run_id, record, self.settings.secrets)
 
     def in_flight(self) -> int:
         return sum(limits.in_flight for limits in self.limits.values())
@@ -205,7 +205,7 @@ class SessionRouter:
         for run in self.sessions.values():
             run.update("done")
             if self.tracing is not None:
-                self.tracing.root(run.root())
+                self.tracing.root(run.root(), self.settings.secrets)
         if self.tracing is not None:
             self.tracing.close()
 

@@ -12,7 +12,8 @@ Names follow the OpenTelemetry GenAI semantic conventions. A request's cost is
 `gen_ai.usage.cost` (USD): the name proposed for the conventions, not yet in them; its source
 (`reported`, `litellm`, `gateway`, ...) is `opencode_gateway.cost_source`. No prompt, answer,
 tool input or output is sent unless `otel.content` is true, and what is sent is redacted of every
-key this process holds.
+secret of the run it belongs to (its keys and its token: one process runs many runs, with other
+keys, on one Tracing).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -126,25 +127,26 @@ class RunTrace:
     the run's end. The Tracing is asked for at the first span (the warm-up has made it by then),
     so nothing of it is imported before OpenCode starts."""
 
-    def __init__(self, tracing: Callable[[], Tracing | None], run_id: str) -> None:
+    def __init__(self, tracing: Callable[[], Tracing | None], run_id: str, secrets: Sequence[str]) -> None:
         self._tracing = tracing
         self.run_id = run_id
+        self.secrets = tuple(secrets)
         self._inputs: dict[str, Mapping[str, Any]] = {}  # a tool call's input, until its result
 
     def request(self, record: RequestRecord) -> None:
         if (tracing := self._tracing()) is not None:
-            tracing.request(self.run_id, record)
+            tracing.request(self.run_id, record, self.secrets)
 
     def event(self, event: object) -> None:
         if isinstance(event, ToolCall):  # its input goes with its result, when content is sent
             if (tracing := self._tracing()) is not None and tracing.config.content:
                 self._inputs[event.call_id] = event.input
         elif isinstance(event, ToolResult) and (tracing := self._tracing()) is not None:
-            tracing.tool(self.run_id, event, self._inputs.pop(event.call_id, None))
+            tracing.tool(self.run_id, event, self.secrets, self._inputs.pop(event.call_id, None))
 
     def end(self, root: RunSpan) -> None:
         if (tracing := self._tracing()) is not None:
-            tracing.root(root)
+            tracing.root(root, self.secrets)
 
 
 def _ids(key: str) -> tuple[int, int]:
@@ -158,7 +160,7 @@ class Tracing:
     """The SDK's tracer provider and its OTLP exporter behind a bounded batch queue, one per
     process (`tracing_for`). SettingsError naming the install when the extra is missing."""
 
-    def __init__(self, config: OtelConfig, secrets: Sequence[str] = ()) -> None:
+    def __init__(self, config: OtelConfig) -> None:
         try:
             from . import _otel
         except ImportError:
@@ -169,7 +171,6 @@ class Tracing:
         self._trace = trace
         self._context = Context  # an empty one: a root has no parent, whatever is current
         self.config = config
-        self.secrets = tuple(secrets)
         self._fixed: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("ids", default=None)
         self.provider = _otel.provider(
             config.endpoint,
@@ -197,6 +198,7 @@ class Tracing:
         end: float,
         parent: Any,
         attributes: Mapping[str, Any],
+        secrets: Sequence[str],
         error: str | None = None,
         links: Sequence[Any] = (),
     ) -> None:
@@ -208,11 +210,11 @@ class Tracing:
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
         if error is not None:
-            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, self.secrets)[:_LINE_MAX]))
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, secrets)[:_LINE_MAX]))
         span.end(end_time=_ns(max(end, start)))
 
-    def request(self, run_id: str, record: RequestRecord) -> None:
-        """A model request's span (`chat <model>`), child of its run's root."""
+    def request(self, run_id: str, record: RequestRecord, secrets: Sequence[str]) -> None:
+        """A model request's span (`chat <model>`), child of its run's root, redacted of `secrets`."""
         usage = record.usage
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
@@ -234,17 +236,20 @@ class Tracing:
             "gen_ai.conversation.id": record.session_id,
         }
         if self.config.content and record.answer:
-            attributes["opencode_gateway.answer"] = redact(record.answer, self.secrets)[:_TEXT_MAX]
+            attributes["opencode_gateway.answer"] = redact(record.answer, secrets)[:_TEXT_MAX]
         self._span(
             f"chat {record.model}",
             record.started_at,
             record.started_at + record.duration_s,
             self._parent(run_id),
             attributes,
+            secrets,
             None if record.ok else record.error or f"HTTP {record.status_code}",
         )
 
-    def tool(self, run_id: str, event: ToolResult, tool_input: Mapping[str, Any] | None = None) -> None:
+    def tool(
+        self, run_id: str, event: ToolResult, secrets: Sequence[str], tool_input: Mapping[str, Any] | None = None
+    ) -> None:
         """An OpenCode tool call's span (`execute_tool <tool>`), child of its run's root: the tool,
         its title and how it ended; its input and output only with `otel.content`."""
         if event.started_at is None or event.ended_at is None:
@@ -253,32 +258,33 @@ class Tracing:
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": event.tool,
             "gen_ai.tool.call.id": event.call_id,
-            "opencode_gateway.tool.title": redact(event.title, self.secrets)[:_LINE_MAX],
+            "opencode_gateway.tool.title": redact(event.title, secrets)[:_LINE_MAX],
             "opencode_gateway.tool.status": "error" if event.is_error else "completed",
             "gen_ai.conversation.id": event.session_id,
         }
         if self.config.content:
-            attributes["opencode_gateway.tool.output"] = redact(event.output, self.secrets)[:_TEXT_MAX]
-            attributes["opencode_gateway.tool.input"] = redact(json.dumps(tool_input or {}), self.secrets)[:_TEXT_MAX]
+            attributes["opencode_gateway.tool.output"] = redact(event.output, secrets)[:_TEXT_MAX]
+            attributes["opencode_gateway.tool.input"] = redact(json.dumps(tool_input or {}), secrets)[:_TEXT_MAX]
         self._span(
             f"execute_tool {event.tool}",
             event.started_at,
             event.ended_at,
             self._parent(run_id),
             attributes,
-            event.output[:200] if event.is_error else None,
+            secrets,
+            event.output if event.is_error else None,  # redacted, then cut
         )
 
-    def root(self, run: RunSpan) -> None:
+    def root(self, run: RunSpan, secrets: Sequence[str]) -> None:
         """A run's (session's, batch's) root span, with the ids its children already named."""
         links = []
         if run.batch_id is not None:
             links = [self._trace.Link(self._root_context(run.batch_id))]
-        attributes = {k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in run.attributes.items()}
+        attributes = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in run.attributes.items()}
         attributes.update({"opencode_gateway.kind": run.kind, "opencode_gateway.run_id": run.run_id})
         with self._ids_of(run.run_id):
             name = f"{run.kind} {run.model}".strip()
-            self._span(name, run.started_at, run.ended_at, self._context(), attributes, run.error, links)
+            self._span(name, run.started_at, run.ended_at, self._context(), attributes, secrets, run.error, links)
 
     @contextmanager
     def _ids_of(self, key: str) -> Iterator[None]:
@@ -298,9 +304,7 @@ _TRACING: dict[OtelConfig, Tracing] = {}
 _LOCK = threading.Lock()
 
 
-def tracing_for(
-    setting: Mapping[str, Any] | None, secrets: Iterable[str] = (), environ: Mapping[str, str] = os.environ
-) -> Tracing | None:
+def tracing_for(setting: Mapping[str, Any] | None, environ: Mapping[str, str] = os.environ) -> Tracing | None:
     """This process's Tracing for an `otel` setting (None when traces are not asked for): made
     once, and closed when the process exits."""
     config = OtelConfig.wanted(setting, environ)
@@ -310,7 +314,7 @@ def tracing_for(
         if config not in _TRACING:
             import atexit
 
-            _TRACING[config] = tracing = Tracing(config, tuple(secrets))
+            _TRACING[config] = tracing = Tracing(config)
             atexit.register(tracing.close)
         return _TRACING[config]
 

@@ -25,6 +25,7 @@ from opencode_gateway.batch import (
 from opencode_gateway.errors import SettingsError, UpstreamError
 from opencode_gateway.events import RequestFinished
 from opencode_gateway.result import RunResult
+from opencode_gateway.settings import Settings
 from opencode_gateway.settings_file import load_settings
 
 
@@ -255,3 +256,22 @@ def test_a_template_holding_the_gateways_own_files_is_refused_before_any_task_ru
     with pytest.raises(SettingsError, match=f"task t1: its workdir {repo} holds the gateway's own {expected}: "):
         asyncio.run(run_batch(load_tasks(batch.tasks_file), batch, settings))
     assert not batch.workdir_root.exists() and not batch.results_file.exists()
+
+
+def test_a_ledger_inside_a_tasks_future_workdir_is_refused_before_any_task_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workdir a task will get (root/<task id>) is where its agent works, and a rerun
+    empties it: a ledger there is refused before anything runs, and is left as it was."""
+    monkeypatch.delenv("LITELLM_PROXY_API_BASE", raising=False)
+    batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}))
+    ledger = batch.workdir_root / "t1" / "ledger.db"
+    ledger.parent.mkdir(parents=True)
+    Ledger(LedgerLocation(path=ledger)).close()
+    settings = Settings().replace(model="openai/gpt-4o-mini", api_key="sk-x", ledger=ledger, data_dir=tmp_path / "d")
+    with pytest.raises(
+        SettingsError,
+        match=f"task t1: its workdir {batch.workdir_root / 't1'} holds the gateway's own {ledger}: the agent sees it",
+    ):
+        asyncio.run(run_batch(load_tasks(batch.tasks_file), batch, settings))
+    assert ledger.exists() and not batch.results_file.exists()

@@ -18,12 +18,16 @@ from typing import Any
 
 import pytest
 
+from opencode_gateway import run
+from opencode_gateway.settings import Settings
+from tests.support.inspection import PRINT_RUN_TOKEN
 from tests.support.phoenix import Phoenix
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI, launch
 
 pytestmark = pytest.mark.e2e
 KEY = "sk-live-4f9a1c7e2b8d6035aa17c9e2"  # the provider key this run holds, key-shaped
+GITHUB = "ghp_tracedaway0123456789abcdefABCDEF"  # a token passed to the agent on purpose
 
 
 def _config(tmp_path: Path, endpoint: str) -> Path:
@@ -264,3 +268,34 @@ def test_with_content_a_tools_input_and_output_and_the_answer_are_sent_redacted(
     assert title.startswith("echo shown [REDACTED] x") and len(title) == 500  # cut: a span stays small
     assert "Shown." in [c["attributes"].get("opencode_gateway.answer") for c in _named(spans, "chat ")]
     assert KEY not in json.dumps(spans)
+
+
+def test_each_run_of_a_process_is_traced_with_its_own_secrets_redacted(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, phoenix: Phoenix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one process, run 1 holds key K1 and run 2 K2; each agent echoes its key, a token passed
+    with `env`, and the run's own endpoint token (read from the file OpenCode's config names).
+    With content on, run 2's tool span (its title, input and output) holds none of them."""
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB)
+    traced = settings.replace(otel={"endpoint": phoenix.traces_endpoint, "content": True}, env=("GITHUB_TOKEN",))
+    keys = ("sk-first-traced-key-0123456", "sk-second-traced-key-6543210")
+    run_ids = []
+    for key in keys:
+        upstream.script(
+            Reply(
+                tool_calls=[ToolCall("bash", {"command": f"echo {key}; echo $GITHUB_TOKEN; {PRINT_RUN_TOKEN}"})],
+                usage=usage(9, 2),
+            ),
+            Reply(text=f"Shown {key}.", usage=usage(20, 4)),
+        )
+        result = run(
+            "show it", model="openai/gpt-4o-mini", api_base=upstream.url, api_key=key, workdir=workdir, settings=traced
+        )
+        assert result.stop_reason == "done", result.error
+        run_ids.append(result.run_id)
+    for run_id, key in zip(run_ids, keys, strict=True):
+        spans = phoenix.trace_of("opencode_gateway.run_id", run_id, spans=4)
+        [tool] = _named(spans, "execute_tool ")
+        assert tool["attributes"]["opencode_gateway.tool.output"].split() == ["[REDACTED]"] * 3  # key, passed, token
+        assert key not in json.dumps(spans) and GITHUB not in json.dumps(spans)
+        assert "Shown [REDACTED]." in [c["attributes"].get("opencode_gateway.answer") for c in _named(spans, "chat ")]

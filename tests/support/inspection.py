@@ -9,7 +9,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["opencode_as_seen"]
+__all__ = ["PRINT_RUN_TOKEN", "opencode_as_seen"]
+
+# A bash command an agent runs to print its run's endpoint token: OpenCode's config names the
+# token's file ({file:...}), and the agent may read it (it is how OpenCode gets the token).
+PRINT_RUN_TOKEN = (
+    'f=$(printenv OPENCODE_CONFIG_CONTENT | grep -o "{file:[^}]*}" | head -1); f=${f#"{file:"}; cat "${f%"}"}"'
+)
 
 
 def opencode_as_seen() -> dict[str, Any]:
