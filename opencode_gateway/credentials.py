@@ -118,15 +118,13 @@ def redacted(value: _T, secrets: Iterable[str]) -> _T:
     """`value` with every secret in its text replaced, for what a run hands out (events, its
     result): text, a dataclass (an event, a record, a result), an error, or lists, tuples and
     mappings of them, copied; anything else as it is."""
-    ordered = tuple(sorted(filter(None, secrets), key=len, reverse=True))
-    return _walk(value, ordered) if ordered else value
+    held = tuple(filter(None, secrets))
+    return _walk(value, held) if held else value
 
 
 def _walk(value: Any, ordered: tuple[str, ...]) -> Any:
     if isinstance(value, str):
-        for secret in ordered:
-            value = value.replace(secret, REDACTED)
-        return value
+        return redact(value, ordered)
     if isinstance(value, BaseException):  # its message and attributes (an exit's stderr tail)
         error = copy.copy(value)
         error.args = _walk(value.args, ordered)
