@@ -23,6 +23,7 @@ from .opencode.gitguard import GitControl
 from .opencode.lines import Event
 from .opencode.process import OpenCodeProcess, run_argv
 from .opencode.purpose import routed_model
+from .opencode.reaper import reaped_argv
 from .opencode.sessions import prune_sessions
 from .opencode.workspace import Workspace
 from .plan import Plan
@@ -197,6 +198,8 @@ def opencode_process(
             git=git,
         )
         inherited = (seccomp,)
+    else:  # no pid namespace to end with the run: a subreaper ends what escapes OpenCode's group and tag
+        argv = reaped_argv(argv)
     return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited)
 
 

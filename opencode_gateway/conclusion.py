@@ -27,9 +27,9 @@ from .errors import (
 from .files import FileChange
 from .litellm_gateway.protocol import Mode, is_budget_error
 from .opencode.lines import Error, Event
-from .opencode.process import ProcessExit
+from .opencode.process import EVENT_LINE_MAX, ProcessExit
 from .output import OutputSpec
-from .result import OutputInvalid, RunResult, final_text, relayed_text
+from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult, final_text, relayed_text
 
 __all__ = ["Happened", "conclude"]
 
@@ -46,6 +46,7 @@ class Happened:
     exit: ProcessExit
     records: tuple[RequestRecord, ...] = ()
     events: tuple[Event, ...] = ()
+    events_truncated: bool = False  # more came than a run keeps
     session_id: str | None = None
     fatal: RequestRecord | None = None  # the failed request that ended the run
     refusal: Refusal | None = None  # why the account refused a call (a budget, the turn cap): it ended the run
@@ -60,6 +61,7 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     caller raises it)."""
     stop_reason, error = _ending(happened)
     usage, cost, warnings = totals(happened.records)
+    warnings = (*warnings, *_memory_warnings(happened))
     if _compacted_after_overflow(happened.events, happened.records):
         warnings = (
             *warnings,
@@ -81,6 +83,7 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
         cost=cost,
         requests=happened.records,
         events=happened.events,
+        events_truncated=happened.events_truncated,
         error=error,
         warnings=(*warnings, *happened.warnings),
         duration_s=happened.duration_s,
@@ -96,6 +99,22 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     result = dataclasses.replace(result, stop_reason="error", error=invalid)
     invalid.result = result  # the exception carries the run, and the run its exception
     return result
+
+
+def _memory_warnings(happened: Happened) -> tuple[str, ...]:
+    """What of OpenCode's output the run did not keep, to stay within its memory caps."""
+    warnings = []
+    if happened.events_truncated:
+        warnings.append(
+            f"OpenCode printed more events than a run keeps ({KEPT_EVENTS_MAX // 2**20} Mi characters): the rest "
+            "were passed on as they came but are not in the result's events (events_truncated)"
+        )
+    if happened.exit.overlong_lines:
+        warnings.append(
+            f"{happened.exit.overlong_lines} line(s) of OpenCode's output were longer than "
+            f"{EVENT_LINE_MAX // 2**20} MiB and skipped: none of OpenCode's events is that long"
+        )
+    return tuple(warnings)
 
 
 def _ending(happened: Happened) -> tuple[StopReason, GatewayError | None]:

@@ -13,7 +13,13 @@ from .files import FileChange
 from .litellm_gateway.protocol import Mode
 from .opencode.lines import Event, StepStart, Text
 
-__all__ = ["OutputInvalid", "RunResult", "final_text", "relayed_text"]
+__all__ = ["KEPT_EVENTS_MAX", "OutputInvalid", "RunResult", "final_text", "relayed_text"]
+
+
+# What a run keeps of its events (RunResult.events, --json), in characters; past it they are
+# still passed on as they come (stream(), the live view), not kept: whatever an agent writes
+# into OpenCode's stdout, the run's memory stays bounded.
+KEPT_EVENTS_MAX = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class RunResult:
     cost: float | None  # USD; None when some request could not be priced
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Event, ...] = ()
+    events_truncated: bool = False  # more events came than a run keeps (the warnings say how many bytes)
     error: GatewayError | None = None
     warnings: tuple[str, ...] = ()
     duration_s: float = 0.0
@@ -80,6 +87,7 @@ class RunResult:
         }
         if events:
             result["events"] = [e.to_dict() for e in self.events]
+            result["events_truncated"] = self.events_truncated
         return result
 
 

@@ -51,7 +51,7 @@ from .opencode.workspace import Workspace
 from .ordering import CausalOrder
 from .plan import Plan
 from .provider import Preflight
-from .result import OutputInvalid, RunResult
+from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult
 from .traces import RunTrace
 
 if TYPE_CHECKING:
@@ -136,7 +136,8 @@ def _happened(
         timeout=run.settings.timeout,
         exit=ended,
         records=tuple(run.account.records or ()),
-        events=tuple(run.events),
+        events=tuple(run.kept.events),
+        events_truncated=run.kept.truncated,
         session_id=session_id,
         fatal=run.fatal,
         refusal=run.refusal,
@@ -166,6 +167,23 @@ def _finished(record: RequestRecord, totals: Totals) -> RequestFinished:
     )
 
 
+class _Kept:
+    """The events a run keeps for its result: until they reach KEPT_EVENTS_MAX in size, whatever
+    an agent writes into OpenCode's stdout (the rest are passed on as they come, not kept)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, event: Event) -> None:
+        if not self.truncated:
+            self.size += event.size()
+            self.truncated = self.size > KEPT_EVENTS_MAX
+            if not self.truncated:
+                self.events.append(event)
+
+
 class _Run:
     """One run while it goes: where its records and events arrive, and what ends it early. Its
     account keeps the records and the ledger row; this passes them on as events, and stops
@@ -185,7 +203,7 @@ class _Run:
         self.secrets = (*plan.settings.secrets, self.token)
         self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id, self.secrets)
         self.offered: set[str] = set()  # the tools OpenCode offered the model (an MCP server's among them?)
-        self.events: list[Event] = []
+        self.kept = _Kept()
         self.fatal: RequestRecord | None = None  # the failure that ended the run, or
         self.refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
         self.process: OpenCodeProcess | None = None
@@ -219,7 +237,7 @@ class _Run:
         """An event, kept and passed on redacted of the run's secrets (an agent can echo a key
         it was given, a model one it was told): as the caller, `--json` and the terminal get it."""
         event = redacted(event, self.secrets)
-        self.events.append(event)
+        self.kept.add(event)
         if self.on_event is not None:
             self.on_event(event)
         return event
@@ -249,7 +267,7 @@ class _Run:
             workspace = Workspace(private, plan.resumed_store or private / "data")
             before = await snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
-            session_id = next((e.session_id for e in self.events if e.session_id), None) or plan.session_id
+            session_id = next((e.session_id for e in self.kept.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None:
                 keep_session(settings.data_dir, workspace.data_home, session_id)
             files = await changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.warnings)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = [
@@ -51,6 +51,11 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **asdict(self)}
+
+    def size(self) -> int:
+        """About how many characters the event holds: what a run keeps of its events is capped by it."""
+        values = (getattr(self, f.name) for f in fields(self))
+        return sum(len(value) if isinstance(value, str) else len(repr(value)) for value in values)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import collections
 import contextlib
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,16 @@ from ..errors import OpenCodeNotFound
 from .binary import INSTALL_HINT
 from .lines import Event, parse_line
 
-__all__ = ["OpenCodeProcess", "ProcessExit", "opencode_retries", "run_argv"]
+__all__ = ["EVENT_LINE_MAX", "STDERR_LINE_MAX", "OpenCodeProcess", "ProcessExit", "opencode_retries", "run_argv"]
 
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
+# What is held of OpenCode's pipes is bounded whatever is written into them (a tool can open them
+# through /proc): OpenCode cuts a tool's output to ~50 KB, so a line past 16 MiB is none of its
+# events; stderr is kept for the error message only.
+EVENT_LINE_MAX = 16 * 1024 * 1024
+STDERR_LINE_MAX = 4096
+_CHUNK = 64 * 1024
 _KILL_GRACE_S = 3.0
 
 
@@ -36,6 +42,28 @@ def _tagged(tag: bytes) -> list[int]:
                         if tag in environ.read().split(b"\0"):
                             found.append(int(entry.name))
     return found
+
+
+async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """The stream's lines, each cut to its first `limit` bytes (True: it was cut)."""
+    line, cut = bytearray(), False
+
+    def add(piece: bytes) -> None:
+        nonlocal cut
+        room = limit - len(line)
+        line.extend(piece[:room])
+        cut = cut or len(piece) > room
+
+    while chunk := await stream.read(_CHUNK):
+        *complete, rest = chunk.split(b"\n")
+        for piece in complete:
+            add(piece)
+            yield bytes(line), cut
+            line.clear()
+            cut = False
+        add(rest)
+    if line or cut:
+        yield bytes(line), cut
 
 
 def run_argv(binary: str, model: str, agent: str, session_id: str | None = None) -> list[str]:
@@ -66,6 +94,7 @@ class ProcessExit:
     exit_code: int | None  # None: killed before it exited by itself
     stderr_tail: str
     timed_out: bool
+    overlong_lines: int = 0  # stdout lines past EVENT_LINE_MAX, skipped: not OpenCode's
 
 
 def opencode_retries(status_code: int) -> bool:
@@ -100,6 +129,7 @@ class OpenCodeProcess:
         self._process: asyncio.subprocess.Process | None = None
         self._stop = asyncio.Event()
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+        self._overlong = 0
 
     @property
     def pid(self) -> int | None:
@@ -121,7 +151,6 @@ class OpenCodeProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                limit=64 * 1024 * 1024,  # one event line carries a whole tool output
                 pass_fds=self._pass_fds,
             )
         except OSError as exc:
@@ -148,13 +177,16 @@ class OpenCodeProcess:
         assert process is not None and process.stdout and process.stderr
 
         async def read_events() -> None:
-            async for line in process.stdout:  # type: ignore[union-attr]
+            async for line, cut in _lines(process.stdout, EVENT_LINE_MAX):  # type: ignore[arg-type]
+                if cut:
+                    self._overlong += 1
+                    continue
                 for event in parse_line(line):
                     on_event(event)
 
         async def read_stderr() -> None:
-            async for line in process.stderr:  # type: ignore[union-attr]
-                self._stderr.append(line.decode(errors="replace").rstrip())
+            async for line, cut in _lines(process.stderr, STDERR_LINE_MAX):  # type: ignore[arg-type]
+                self._stderr.append(line.decode(errors="replace").rstrip() + (" [cut]" if cut else ""))
 
         readers: asyncio.Future[Any] = asyncio.gather(read_events(), read_stderr())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
@@ -162,9 +194,9 @@ class OpenCodeProcess:
             done, _ = await asyncio.wait({readers, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if readers in done:
                 readers.result()
-                return ProcessExit(await process.wait(), self.stderr_tail, timed_out=False)
+                return ProcessExit(await process.wait(), self.stderr_tail, False, self._overlong)
             await self.kill()
-            return ProcessExit(None, self.stderr_tail, timed_out=not done)
+            return ProcessExit(None, self.stderr_tail, not done, self._overlong)
         finally:
             stop.cancel()
             await self.kill()  # also when cancelled (Ctrl-C): never leave anything behind

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import types
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,10 @@ def probe() -> str | None:
                 "/dev",
                 "--proc",
                 "/proc",
+                "--size",  # the sandbox's own /tmp is sized (bubblewrap 0.7 and later)
+                "1048576",
+                "--tmpfs",
+                "/tmp",
                 "--unshare-pid",
                 "--unshare-net",
                 "--die-with-parent",
@@ -167,8 +172,12 @@ def resolve_sandbox(kind: str, warnings: list[str]) -> str:
 # settings, its ledger or its data dir, unless the run shows a folder on purpose (its workdir, a
 # --sandbox-allow-read/-write path), and even then those files are hidden in it (`secrets`).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-# Folders of their own the sandbox gets empty: programs expect to write temp files there.
-EMPTY_DIRS = ("/tmp", "/var/tmp", "/run")
+# Folders of their own the sandbox gets empty (programs expect to write temp files there), each a
+# tmpfs of at most this many bytes: what they hold is the machine's memory, and an agent could
+# otherwise fill half of it (a tmpfs's default). A build that needs more writes in its workdir.
+EMPTY_DIRS: Mapping[str, int] = types.MappingProxyType(
+    {"/tmp": 1 << 30, "/var/tmp": 256 << 20, "/run": 16 << 20, "/dev/shm": 256 << 20}
+)
 
 
 def _visible_root_only(top: str) -> list[Path]:
@@ -251,8 +260,8 @@ def _confined_system(seccomp_fd: int, *, new_session: bool, own_network: bool) -
     for path in root_only_files():
         command += _hide_whole(path)
     command += ["--dev", "/dev", "--proc", "/proc"]
-    for folder in EMPTY_DIRS:
-        command += ["--tmpfs", folder]
+    for folder, size in EMPTY_DIRS.items():
+        command += ["--size", str(size), "--tmpfs", folder]
     return command
 
 

@@ -52,6 +52,14 @@ def test_the_host_is_shown_from_an_allowlist_of_system_folders_never_whole(tmp_p
     assert ("--bind", str(tmp_path / "work"), str(tmp_path / "work")) in mounts
 
 
+def test_the_sandboxs_own_empty_folders_are_sized_tmpfs_mounts(tmp_path: Path) -> None:
+    """What they hold is the machine's memory: a tmpfs of bwrap's default could take half of it."""
+    argv = _wrap(tmp_path, Sandbox())
+    sized = {argv[i + 3]: int(argv[i + 1]) for i in range(len(argv) - 3) if argv[i] == "--size"}
+    assert sized == dict(EMPTY_DIRS) and all(argv[argv.index(f) - 1] == "--tmpfs" for f in EMPTY_DIRS)
+    assert max(EMPTY_DIRS.values()) <= 1 << 30
+
+
 def test_the_gateways_files_are_hidden_inside_a_shown_folder_but_what_opencode_needs(tmp_path: Path) -> None:
     """The data dir holds OpenCode's binary and the session a run continues: the folder is
     emptied and those two bound again over it (its ledger, tokens and other sessions are not even

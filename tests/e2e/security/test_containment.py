@@ -229,76 +229,16 @@ def test_another_runs_kept_session_is_neither_readable_nor_writable(
     assert not (sessions / victim / "injected.txt").exists()
 
 
-PLAIN_USER = "ocg-plain-user"
-
-
-@pytest.fixture
-def plain_user(opencode_bin: str) -> Iterator[tuple[str, Path, list[str]]]:
-    """An unprivileged user of this machine (made once), a folder of its own under /var/tmp with a
-    link to the OpenCode binary, and the command line that runs `opencode-gateway` as that user
-    (Debian's Python 3.11 on this checkout and its virtualenv's packages). Skipped where the
-    test cannot make one: not root, or a checkout the user cannot read."""
-    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
-        pytest.skip("needs root (to make the user) and Debian's python3")
-    if subprocess.run(["id", PLAIN_USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", PLAIN_USER], check=True, timeout=60)
-    site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    checkout = Path(__file__).resolve().parents[3]
-    python = "/usr/bin/python3"
-    path = f"{site}:{checkout}"
-    probe = subprocess.run(
-        [
-            "runuser",
-            "-u",
-            PLAIN_USER,
-            "--",
-            "env",
-            f"PYTHONPATH={path}",
-            python,
-            "-c",
-            "import opencode_gateway.runner",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"the plain user cannot run this checkout: {probe.stderr.strip()[-200:]}")
-    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ocg-plain-") as folder:
-        home = Path(folder)
-        binary = home / "bin" / "opencode"
-        binary.parent.mkdir()
-        os.link(Path(opencode_bin).resolve(), binary)  # a hard link: no 185 MB copy
-        subprocess.run(["chown", "-R", f"{PLAIN_USER}:", str(home)], check=True, timeout=60)
-        home.chmod(0o700)
-        command = [
-            "runuser",
-            "-u",
-            PLAIN_USER,
-            "--",
-            "env",
-            "-i",
-            "PATH=/usr/bin:/bin",
-            f"HOME={home}",
-            f"PYTHONPATH={path}",
-            "LITELLM_LOCAL_MODEL_COST_MAP=True",
-            python,
-            "-m",
-            "opencode_gateway",
-        ]
-        yield PLAIN_USER, home, command + ["run", "--opencode-bin", str(binary)]
-
-
 def test_as_a_plain_user_the_agent_keeps_no_capability_and_finds_no_key(
     plain_user: tuple[str, Path, list[str]], upstream: ScriptedUpstream
 ) -> None:
-    _, home, command = plain_user
+    user, home, command = plain_user
     workdir = home / "work"
     key = home / "provider.key"
     key.write_text("sk-plain-users-key-0123")
     workdir.mkdir()
     (workdir / "escape.py").write_text(ESCAPE)
-    subprocess.run(["chown", "-R", f"{PLAIN_USER}:", str(home)], check=True, timeout=60)
+    subprocess.run(["chown", "-R", f"{user}:", str(home)], check=True, timeout=60)
     key.chmod(0o600)
     probe = f"/usr/bin/python3 escape.py {key} {home / 'ledger.db'} > escape.out 2>&1"
     upstream.script(
