@@ -23,8 +23,8 @@ __all__ = ["EVENT_LINE_MAX", "STDERR_LINE_MAX", "OpenCodeProcess", "ProcessExit"
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
 # What is held of OpenCode's pipes is bounded whatever is written into them (a tool can open them
-# through /proc): OpenCode cuts a tool's output to ~50 KB, so a line past 16 MiB is none of its
-# events; stderr is kept for the error message only.
+# through /proc): OpenCode truncates what a tool outputs (its `truncated` mark), so a line past
+# 16 MiB is none of its events; stderr is kept for the error message only.
 EVENT_LINE_MAX = 16 * 1024 * 1024
 STDERR_LINE_MAX = 4096
 _CHUNK = 64 * 1024

@@ -33,8 +33,8 @@ _BOUND_S = 30.0
 
 # The job writes its pid, environment and session id (the stat's 6th field) before it sleeps.
 DETACH = (
-    "env -i setsid sh -c 'echo $$ > job.pid; tr \"\\0\" \"\\n\" < /proc/$$/environ > job.env;"
-    " cut -d\" \" -f6 /proc/$$/stat > job.sid; exec sleep 1000' < /dev/null > /dev/null 2>&1 &"
+    'env -i setsid sh -c \'echo $$ > job.pid; tr "\\0" "\\n" < /proc/$$/environ > job.env;'
+    ' cut -d" " -f6 /proc/$$/stat > job.sid; exec sleep 1000\' < /dev/null > /dev/null 2>&1 &'
     " for _ in $(seq 200); do [ -s job.sid ] && break; sleep 0.05; done; echo started"
 )
 
