@@ -53,6 +53,19 @@ elif action == "parallel":
 """
 
 
+# Python that finds this run's OpenCode from a tool's process (given the bash tool's pid, $PPID):
+# `opencode` is its pid, whose /proc/<pid>/fd/1 and /fd/2 are OpenCode's pipes to the gateway.
+FIND_OPENCODE = r"""
+import sys
+opencode, pid = None, sys.argv[1]  # the bash tool's parent, and up: this run's OpenCode
+while opencode is None and pid not in ("0", "1"):
+    words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    if b"run" in words and b"--format" in words:
+        opencode = pid
+    pid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+"""
+
+
 # The script needs only the standard library: it runs on the base interpreter, which the tests'
 # settings make readable in the sandbox (a virtualenv under /tmp would be hidden with /tmp).
 PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")

@@ -24,7 +24,7 @@ from opencode_gateway import run
 from opencode_gateway.opencode.sandbox import EMPTY_DIRS
 from opencode_gateway.opencode.watchdog import TAG_VARIABLE
 from opencode_gateway.settings import Settings
-from tests.e2e.security.agent import PYTHON
+from tests.e2e.security.agent import FIND_OPENCODE, PYTHON
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -92,14 +92,10 @@ def test_as_a_plain_user_a_job_that_detaches_ends_with_an_unsandboxed_run(
     _assert_detached_and_ended(workdir)
 
 
-FLOOD = r"""
+FLOOD = (
+    FIND_OPENCODE
+    + r"""
 import json, sys
-opencode, pid = None, sys.argv[1]  # the bash tool's parent, and up: this run's OpenCode
-while opencode is None and pid not in ("0", "1"):
-    words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-    if b"run" in words and b"--format" in words:
-        opencode = pid
-    pid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
 mib = b"m" * 2**20
 event = json.dumps({"type": "text", "sessionID": "ses_flood", "part": {"type": "text", "text": "m" * 2**20}})
 with open(f"/proc/{opencode}/fd/1", "wb") as out, open(f"/proc/{opencode}/fd/2", "wb") as err:
@@ -112,6 +108,7 @@ with open(f"/proc/{opencode}/fd/1", "wb") as out, open(f"/proc/{opencode}/fd/2",
         err.write(mib)  # a stderr line of 200 MiB, not ended
 print("flooded")
 """
+)
 
 # Measured in a process of its own: the gateway's peak memory (ru_maxrss, KiB), and the result.
 MEASURED = r"""
