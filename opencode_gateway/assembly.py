@@ -5,7 +5,8 @@ starts. `Parts` are what a test may swap (how OpenCode's process is made, where 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from .accounting.ledger import RunLedger
 from .accounting.pricing import Pricer
 from .accounting.records import Purpose, RequestRecord
 from .accounting.run import RunAccount
+from .approvals.plugin import plugin_source
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .events import ReasoningDelta, TextDelta, ToolRequested
@@ -34,6 +36,7 @@ from .wiring import opencode_env, upstream_for
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
+    from starlette.routing import Route
 
     from .endpoint.hooks import Hooks
     from .endpoint.routing import RunRouter, Target
@@ -112,7 +115,12 @@ def targets(settings: RunSettings, tagging: Tagging, account: RunAccount, parts:
 
 
 def endpoint_app(
-    settings: RunSettings, token: str, where: Mapping[str, Target], account: RunAccount, hooks: Hooks
+    settings: RunSettings,
+    token: str,
+    where: Mapping[str, Target],
+    account: RunAccount,
+    hooks: Hooks,
+    routes: Sequence[Route] = (),
 ) -> Starlette:
     """The run's endpoint: its token, its targets, the run's secrets scrubbed from what it says,
     priced by the run's prices, each answer's text kept (the run's answer is taken from them)."""
@@ -128,7 +136,8 @@ def endpoint_app(
             max_body_bytes=settings.upstream_limits.max_body_bytes,
             keep_answers=True,
             hooks=hooks,
-        )
+        ),
+        routes,
     )
 
 
@@ -175,6 +184,10 @@ def opencode_process(
     instructions = workspace.add_instructions(
         [part for part in (settings.instructions, plan.output and plan.output.instructions()) if part]
     )
+    plugins = []
+    if plan.asks:  # the token's file is written next, by opencode_env
+        source = plugin_source(server.url, str(workspace.private / "token"), settings.approval_timeout)
+        plugins.append(workspace.add_plugin(source))
     env = opencode_env(
         settings,
         workspace,
@@ -183,8 +196,10 @@ def opencode_process(
         workdir=plan.workdir,
         instructions=instructions,
         readable_dirs=readable,
+        plugins=plugins,
     )
-    argv = run_argv(plan.binary, oc_config.opencode_model(settings.model), settings.agent, plan.session_id)
+    model = oc_config.opencode_model(settings.model)
+    argv = run_argv(plan.binary, model, settings.agent, plan.session_id, plugins=bool(plugins))
     inherited: tuple[int, ...] = ()
     if plan.sandbox == "bwrap":
         argv, env, seccomp = workspace.confine(
@@ -201,6 +216,31 @@ def opencode_process(
     else:  # no pid namespace to end with the run: a subreaper ends what escapes OpenCode's group and tag
         argv = reaped_argv(argv)
     return make(argv, env=env, cwd=plan.workdir, prompt=plan.prompt, tag=tag, pass_fds=inherited)
+
+
+# OpenCode's tools whose permission has another name (one permission gates write, edit and patch)
+_PERMISSION_OF = {"write": "edit", "patch": "edit", "multiedit": "edit", "apply_patch": "edit", "websearch": "webfetch"}
+
+
+def mode_denial(settings: RunSettings) -> Callable[[str], str | None]:
+    """What the run's permission mode denies, for approvals: denied before anything is asked. An
+    agent's own mode (no --permissions, not build) is OpenCode's to apply."""
+    mode = settings.permissions or ("full" if settings.agent == "build" else None)
+    rules = oc_config.permission_rules(mode, settings.disable_tools) if mode else {}
+
+    def denied(tool: str) -> str | None:
+        if not rules or tool == "invalid":  # the model named no offered tool: OpenCode tells it so
+            return None
+        permission = _PERMISSION_OF.get(tool, tool)
+        matching = [value for key, value in rules.items() if fnmatch.fnmatchcase(permission, key)]
+        rule = matching[-1] if matching else "allow"  # OpenCode's rule: the last that matches wins
+        if rule == "deny":
+            return f"the permission mode {mode} denies {tool}" + (
+                " (disabled)" if any(permission in oc_config.TOOLS.get(t, ()) for t in settings.disable_tools) else ""
+            )
+        return None
+
+    return denied
 
 
 def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:

@@ -9,7 +9,7 @@ by OpenCode's whole `Text` (or `Reasoning`) for the same step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .opencode.lines import (
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from .result import RunResult
 
 __all__ = [
+    "ApprovalAnswered",
+    "ApprovalAsked",
     "Done",
     "Error",
     "Event",
@@ -92,6 +94,31 @@ class UpstreamRetry(Event):
     status_code: int = 0
     attempt: int = 0
     delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ApprovalAsked(Event):
+    """OpenCode asks the host whether a tool call may run (approvals/); its arguments redacted."""
+
+    type: ClassVar[str] = "approval_asked"
+    call_id: str | None = None
+    tool: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    subject: str | None = None  # what the policy's patterns matched: the command, the path, the URL
+
+
+@dataclass(frozen=True)
+class ApprovalAnswered(Event):
+    """The host's answer to an ask: by the permission mode, the policy, the callback or the host
+    (no one to ask); the reason is what the model is told of a deny."""
+
+    type: ClassVar[str] = "approval_answered"
+    call_id: str | None = None
+    tool: str = ""
+    decision: str = ""
+    by: str = ""
+    reason: str = ""
+    waited_s: float = 0.0
 
 
 @dataclass(frozen=True)

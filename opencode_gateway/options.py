@@ -40,6 +40,9 @@ class RunOptions(TypedDict, total=False):
     opencode_bin: the opencode binary to run.
     sandbox: "auto" (default: bubblewrap when it works here), "bwrap" or "none"; RunResult.sandbox
         says what the run had.
+    approvals: a policy ({"rules": {tool: answer | {pattern: answer}}, "default": answer}, answers
+        "allow", "deny" or "ask"); approve: fn(ApprovalRequest) -> "allow" | "deny" | Approval
+        (or an async fn), asked what the policy asks about; approval_timeout: seconds, then a deny.
     settings: the rest (a Settings, e.g. from load_settings); the options above override it.
     tools, history: not supported (CapabilityUnsupported says why).
     """
@@ -66,12 +69,15 @@ class RunOptions(TypedDict, total=False):
     max_turns: int | None
     opencode_bin: str | None
     sandbox: str
+    approvals: Any
+    approval_timeout: float
+    approve: Any
     settings: Settings
     tools: Any
     history: Any
 
 
-PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history")  # not settings: this run's own
+PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history", "approve")  # not settings: this run's own
 TASK_OPTIONS = (
     "model",
     "small_model",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
@@ -23,6 +23,9 @@ from .options import PER_RUN, RunOptions
 from .output import OutputSpec
 from .result import RunResult
 from .settings import RunSettings, Settings
+
+if TYPE_CHECKING:
+    from .approvals.host import Approve
 
 __all__ = ["Plan", "prepare"]
 
@@ -41,6 +44,12 @@ class Plan:
     output: OutputSpec | None
     sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
     notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
+    approve: Approve | None = None  # who answers what the policy asks about (the API's callback)
+
+    @property
+    def asks(self) -> bool:
+        """Whether tool calls are asked about: a policy or a callback (approvals/)."""
+        return self.settings.approvals is not None or self.approve is not None
 
     async def execute(
         self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False, ledger: RunLedger | None = None
@@ -101,6 +110,9 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         raise SettingsError("skills were given but the skill tool is disabled: drop --disable-tool skill")
     output = options.get("output")
     spec = None if output is None else OutputSpec.of(output)
+    approve = options.get("approve")
+    if approve is not None and not callable(approve):
+        raise SettingsError(f"approve must be a function of an ApprovalRequest, not {type(approve).__name__}")
     session_id = options.get("session_id")
     resumed_store = _check_session(settings, session_id, cwd)
     notes: list[str] = []
@@ -117,6 +129,7 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         resumed_store=resumed_store,
         skills=loaded_skills,
         output=spec,
+        approve=approve,
         sandbox=confinement,
         notes=tuple(notes),
     )

@@ -22,11 +22,13 @@ from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
 from .accounting.records import RequestRecord
 from .accounting.run import Totals
+from .approvals.policy import ApprovalRequest, Policy
 from .assembly import (
     Parts,
     account_for,
     endpoint_app,
     live_event,
+    mode_denial,
     opencode_process,
     run_root,
     run_tracing,
@@ -40,7 +42,7 @@ from .credentials import redacted
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .errors import PreflightError
-from .events import RequestFinished, UpstreamRetry
+from .events import ApprovalAnswered, ApprovalAsked, RequestFinished, UpstreamRetry
 from .files import FileChange, changes, snapshot
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
@@ -55,6 +57,7 @@ from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult
 from .traces import RunTrace
 
 if TYPE_CHECKING:
+    from .approvals.host import Approvals, Decided
     from .endpoint.routing import Target
 
 __all__ = ["Parts", "execute"]
@@ -108,6 +111,8 @@ class _Hooks:
         return self.run.deltas
 
     async def checked(self) -> str | None:
+        if self.run.approvals is not None and (unloaded := await self.run.approvals.loaded()) is not None:
+            return unloaded
         return None if self.run.preflight is None else await self.run.preflight.refusal()
 
     def retrying(self, status_code: int, attempt: int, delay: float) -> None:
@@ -167,6 +172,50 @@ def _finished(record: RequestRecord, totals: Totals) -> RequestFinished:
     )
 
 
+def approvals_for(run: _Run) -> Approvals:
+    """The run's approvals: its policy and callback, each ask and answer an event of the run."""
+    from .approvals.host import Approvals  # starlette: only for a run that asks
+
+    settings = run.settings
+
+    def answered(request: ApprovalRequest, decided: Decided) -> None:
+        approval = decided.approval
+        run.seen(
+            ApprovalAnswered(
+                request.session_id,
+                call_id=request.call_id,
+                tool=request.tool,
+                decision=approval.decision,
+                by=decided.by,
+                reason=approval.reason,
+                waited_s=decided.waited_s,
+            )
+        )
+
+    def asked(request: ApprovalRequest) -> None:
+        run.seen(
+            ApprovalAsked(
+                request.session_id,
+                call_id=request.call_id,
+                tool=request.tool,
+                arguments=dict(request.arguments),
+                subject=request.subject,
+            )
+        )
+
+    return Approvals(
+        settings.approvals or Policy(),
+        token=run.token,
+        denied_by_mode=mode_denial(settings),
+        workdir=str(run.plan.workdir),
+        timeout=settings.approval_timeout,
+        approve=run.plan.approve,
+        on_asked=asked,
+        on_answered=answered,
+        secrets=run.secrets,
+    )
+
+
 class _Kept:
     """The events a run keeps for its result: until they reach KEPT_EVENTS_MAX in size, whatever
     an agent writes into OpenCode's stdout (the rest are passed on as they come, not kept)."""
@@ -210,6 +259,7 @@ class _Run:
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
         self.preflight: Preflight | None = None
+        self.approvals = approvals_for(self) if plan.asks else None
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The
@@ -297,7 +347,8 @@ class _Run:
             self.preflight = Preflight(settings, self.process)
             warm = asyncio.ensure_future(asyncio.to_thread(warm_up, settings, self.plan.session_id))
             where.update(targets(settings, tagging, self.account, self.parts))
-            server.app = endpoint_app(settings, self.token, where, self.account, _Hooks(self))
+            routes = self.approvals.routes() if self.approvals else ()
+            server.app = endpoint_app(settings, self.token, where, self.account, _Hooks(self), routes)
             async with server:
                 ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
             if self.preflight is not None:

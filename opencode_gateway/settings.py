@@ -24,6 +24,7 @@ from typing import Any, Union
 from .accounting.budget import Budget, PeriodBudget
 from .accounting.ledger.location import LedgerLocation
 from .accounting.pricing import Price
+from .approvals.policy import Policy, parse_policy
 from .attribution import check_attribution
 from .credentials import gateway_keys, held_secrets
 from .endpoint.limits import UpstreamLimits
@@ -120,6 +121,9 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)  # serve's /metrics, besides the admin token
     metrics_labels: tuple[str, ...] = ()  # metadata keys serve's metrics are labelled by (a bounded set)
     keep_sessions_days: float | None = 30.0  # kept sessions unused this long are pruned at a run's start
+    # Which tool calls the agent may make (approvals/policy.py); None: no asks, the mode decides alone
+    approvals: Policy | None = None
+    approval_timeout: float = 300.0  # how long an ask waits for its answer, then it is a deny
     # The environment, read once by validated(): the gateway's URL and key fall back to it, and
     # every credential in it is a secret to redact. None until then (read when asked).
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
@@ -231,6 +235,8 @@ def _typed(given: dict[str, Any]) -> dict[str, Any]:
                 for model, value in dict(given["pricing"]).items()
             }
         )
+    if isinstance(given.get("approvals"), Mapping):
+        given["approvals"] = parse_policy(given["approvals"])
     if "budgets" in given:
         given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
     for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes", "otel"):
@@ -367,6 +373,8 @@ def json_kinds(annotation: Any) -> tuple[type, ...]:
         )
     if annotation is float:
         return (int, float)
+    if annotation is Policy:  # written as its settings mapping (approvals/policy.py)
+        return (dict,)
     if annotation in (str, int, bool):
         return (annotation,)
     if annotation is Any or annotation is Mapping or origin in (dict, Mapping):

@@ -27,6 +27,7 @@ def opencode_env(
     workdir: Path,
     instructions: Sequence[str] = (),
     readable_dirs: Sequence[str] = (),
+    plugins: Sequence[str] = (),
 ) -> dict[str, str]:
     """OpenCode's environment for a run or a launch: its config names the endpoint at
     `endpoint_url` as its sole provider and reads `token` from a 0600 file of the (prepared)
@@ -39,6 +40,7 @@ def opencode_env(
         token_file=token_file,
         instructions=instructions,
         readable_dirs=readable_dirs,
+        plugins=plugins,
     )
     return workspace.environment(settings.environ, settings.passed_env(), config, workdir)
 

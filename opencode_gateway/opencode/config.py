@@ -192,9 +192,11 @@ def build_config(
     readable_dirs: Sequence[str] = (),
     mcp: Mapping[str, Any] | None = None,
     known: Mapping[str, Mapping[str, Any]] | None = None,
+    plugins: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
-    reference such as `{file:/private/token}`, never a key. `instructions` are files OpenCode adds
+    reference such as `{file:/private/token}`, never a key. `plugins`: the run's own (file://
+    URLs; approvals), loaded only when argv has no `--pure`. `instructions` are files OpenCode adds
     to the system prompt, after any the user's config lists. `small_model` takes OpenCode's
     background calls (titles, summaries); the run's model takes them without it. `known`: what is
     known of a model, in OpenCode's shape: its `cost` (USD per million tokens), so OpenCode's own
@@ -228,6 +230,8 @@ def build_config(
         managed["instructions"] = [*user_config.get("instructions", ()), *instructions]
     if mcp:
         managed["mcp"] = dict(mcp)
+    if plugins:  # ours only (approvals): the user's config may not name one
+        managed["plugin"] = list(plugins)
     return _merge(user_config, managed)
 
 

@@ -66,10 +66,13 @@ async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[tupl
         yield bytes(line), cut
 
 
-def run_argv(binary: str, model: str, agent: str, session_id: str | None = None) -> list[str]:
+def run_argv(binary: str, model: str, agent: str, session_id: str | None = None, *, plugins: bool = False) -> list[str]:
     """`opencode run` for one headless turn; the prompt goes on stdin, never in argv (OpenCode
     quotes argv words that contain spaces, and argv is visible to every local user). With
-    `--thinking`, OpenCode prints the reasoning the model streams (without, it drops it)."""
+    `--thinking`, OpenCode prints the reasoning the model streams (without, it drops it).
+    `--pure` keeps every plugin out, the config's too: `plugins` (the run's approval plugin, the
+    only one its config names) drops it; the user's and the project's stay off (the private config
+    dir, OPENCODE_DISABLE_PROJECT_CONFIG)."""
     argv = [
         binary,
         "run",
@@ -81,7 +84,7 @@ def run_argv(binary: str, model: str, agent: str, session_id: str | None = None)
         agent,
         "--title",
         RUN_TITLE,
-        "--pure",
+        *([] if plugins else ["--pure"]),
         "--thinking",
     ]
     if session_id:

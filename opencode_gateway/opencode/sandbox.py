@@ -289,12 +289,14 @@ class Sandbox:
         seccomp_fd: int,
         new_session: bool = True,
         git: GitControl | None = None,
+        sealed: Sequence[Path] = (),
     ) -> list[str]:
         """`argv` (an `opencode run`) as bwrap runs it. `socket_path` is where the endpoint listens
         for the sandbox (network "endpoint"); `port`, where OpenCode expects it. `seccomp_fd` holds
         the filter (seccomp.py), open in the child. `new_session`: no controlling terminal inside
         (a headless run; the TUI keeps its terminal, and the filter denies TIOCSTI there). `git`:
-        the workdir's git dir as it was before the run (taken now if not given)."""
+        the workdir's git dir as it was before the run (taken now if not given). `sealed`: files in
+        the private dir bound read-only over themselves (the approval plugin)."""
         binary = Path(argv[0])
         command = _confined_system(seccomp_fd, new_session=new_session, own_network=self.network == "endpoint")
         readable = (*self.readable, binary.parent, binary.resolve().parent)
@@ -303,6 +305,8 @@ class Sandbox:
             command += ["--ro-bind", str(path), str(path)]
         for path in writable:
             command += ["--bind", str(path), str(path)]
+        for path in sealed:  # files inside a writable folder that nothing inside may change
+            command += ["--ro-bind", str(path), str(path)]
         command += (git or GitControl.take(workdir)).sandbox_options()
         shown_folders = [*map(Path, SYSTEM_DIRS), *readable, *writable]
         keep = {

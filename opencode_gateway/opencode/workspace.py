@@ -52,6 +52,17 @@ class Workspace:
         install_skills(skills, self.private / "config")
         return [str(skills_dir(self.private / "config"))] if skills else []
 
+    @property
+    def plugin(self) -> Path:
+        """Where the run's approval plugin is (sealed read-only in the sandbox)."""
+        return self.private / "approve.js"
+
+    def add_plugin(self, source: str) -> str:
+        """The run's approval plugin, read-only, as the file:// URL OpenCode's config names."""
+        self.plugin.write_text(source, encoding="utf-8")
+        self.plugin.chmod(0o444)
+        return self.plugin.as_uri()
+
     def add_instructions(self, parts: Sequence[str]) -> list[str]:
         """The run's extra instructions as one file; the files for the config's `instructions`."""
         if not parts:
@@ -69,6 +80,7 @@ class Workspace:
         token_file: Path,
         instructions: Sequence[str] = (),
         readable_dirs: Sequence[str] = (),
+        plugins: Sequence[str] = (),
     ) -> dict[str, Any]:
         """The isolated opencode.json (also written to the private dir, for a person to read)."""
         config = oc_config.build_config(
@@ -84,6 +96,7 @@ class Workspace:
             readable_dirs=readable_dirs,
             mcp=agent.mcp,
             known=oc_config.known_models(pricing, agent.model, agent.small_model),
+            plugins=plugins,
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config
@@ -128,5 +141,6 @@ class Workspace:
             seccomp_fd=fd,
             new_session=new_session,
             git=git,
+            sealed=[self.plugin] if self.plugin.exists() else [],
         )
         return confined, {**env, "TMPDIR": "/tmp"}, fd  # the sandbox's own, empty /tmp

@@ -1,0 +1,188 @@
+"""The host's side of approvals: OpenCode asks before every tool call, the host answers.
+
+OpenCode 1.18's headless `run` rejects every permission ask, so the ask goes elsewhere: a plugin of
+ours (plugin.py, written by the run where the agent cannot change it, the only plugin that loads)
+whose `tool.execute.before` hook POSTs each call to the run's endpoint and throws when the answer
+is not "allow": OpenCode then ends that tool call with the thrown message, which the model gets as
+the tool's result, and the run goes on. The hook runs before OpenCode's own permission check.
+
+The agent holds the run's token (it can read OpenCode's config), so the token alone cannot tell
+the plugin from the agent. The plugin says hello when OpenCode loads it, before any model call and
+so before the agent exists, and gets a key of the run's, given once: every ask carries it, and the
+endpoint refuses model calls until the hello came (a plugin that did not load would let every tool
+run unasked). A hook that cannot reach the host denies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import inspect
+import json
+import secrets as random_secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..credentials import redact, redacted
+from ..endpoint.http import bearer
+from .policy import ApprovalRequest, Policy, subject_of
+
+__all__ = ["Approval", "Approvals", "Approve", "Decided"]
+
+Decision = Literal["allow", "deny"]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An answer, with the reason the model is told when it is a deny."""
+
+    decision: Decision
+    reason: str = ""
+
+
+Approve = Callable[[ApprovalRequest], Decision | Approval | Awaitable[Decision | Approval]]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """How an ask was answered: by the permission mode, the policy, the callback or the host
+    (no one to ask), after `waited_s`."""
+
+    approval: Approval
+    by: Literal["mode", "policy", "callback", "host"]
+    waited_s: float
+
+
+_HELLO_WAIT_S = 10.0  # how long a model call waits for the plugin's hello (it comes first)
+
+
+def _json(data: Mapping[str, Any], status: int = 200) -> Response:
+    return JSONResponse(data, status_code=status)
+
+
+class Approvals:
+    """A run's approvals: the plugin's hello, and each ask answered by the permission mode (what it
+    denies is denied, never asked), the policy, then the callback; with neither to ask, a deny."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        token: str,
+        denied_by_mode: Callable[[str], str | None],
+        workdir: str,
+        timeout: float,
+        approve: Approve | None = None,
+        on_asked: Callable[[ApprovalRequest], None] = lambda request: None,
+        on_answered: Callable[[ApprovalRequest, Decided], None] = lambda request, decided: None,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        self.policy = policy
+        self._token = token
+        self._secrets = tuple(secrets)
+        self.approve = approve
+        self.timeout = timeout
+        self._denied_by_mode = denied_by_mode
+        self._workdir = workdir
+        self._on_asked = on_asked
+        self._on_answered = on_answered
+        self._key = random_secrets.token_urlsafe(32)
+        self._said_hello = asyncio.Event()
+
+    async def loaded(self) -> str | None:
+        """None once the plugin said hello; else why a model call is refused."""
+        try:
+            await asyncio.wait_for(self._said_hello.wait(), _HELLO_WAIT_S)
+        except asyncio.TimeoutError:
+            return "the approval plugin did not load in OpenCode, so tool calls would not be asked about"
+        return None
+
+    def _authorized(self, request: Request) -> bool:
+        return hmac.compare_digest(bearer(request.headers) or "", self._token)
+
+    def routes(self) -> list[Route]:
+        """The plugin's two routes on the run's endpoint, behind the run's token."""
+        authorized = self._authorized
+
+        async def hello(request: Request) -> Response:
+            if not authorized(request):
+                return _json({"error": "missing or wrong bearer token"}, 401)
+            if self._said_hello.is_set():  # the plugin said it first: whoever asks again is not it
+                return _json({"error": "this run's approval plugin has already said hello"}, 403)
+            self._said_hello.set()
+            return _json({"key": self._key})
+
+        async def ask(request: Request) -> Response:
+            if not authorized(request):
+                return _json({"error": "missing or wrong bearer token"}, 401)
+            if not hmac.compare_digest(request.headers.get("x-approval-key", ""), self._key):
+                return _json({"decision": "deny", "reason": "only the run's approval plugin may ask"}, 403)
+            try:
+                body = json.loads(await request.body())
+                tool, arguments = str(body["tool"]), body.get("args") or {}
+            except (ValueError, KeyError, TypeError):
+                return _json({"decision": "deny", "reason": "the ask was not understood"}, 400)
+            if not isinstance(arguments, dict):
+                arguments = {"value": arguments}
+            asked = ApprovalRequest(
+                tool,
+                arguments,
+                subject_of(tool, arguments, self._workdir),
+                session_id=body.get("sessionID"),
+                call_id=body.get("callID"),
+            )
+            decided = await self.decide(redacted(asked, self._secrets))
+            return _json(
+                {"decision": decided.approval.decision, "reason": redact(decided.approval.reason, self._secrets)}
+            )
+
+        return [Route("/approvals/hello", hello, methods=["POST"]), Route("/approvals/ask", ask, methods=["POST"])]
+
+    async def decide(self, request: ApprovalRequest) -> Decided:
+        started = time.monotonic()
+        self._on_asked(request)
+        approval, by = await self._answer(request)
+        decided = Decided(approval, by, round(time.monotonic() - started, 3))
+        self._on_answered(request, decided)
+        return decided
+
+    async def _answer(self, request: ApprovalRequest) -> tuple[Approval, Literal["mode", "policy", "callback", "host"]]:
+        denied = self._denied_by_mode(request.tool)
+        if denied is not None:
+            return Approval("deny", denied), "mode"
+        answer, rule = self.policy.answer(request)
+        if answer != "ask":
+            where = f"the rule {rule}" if rule else "the policy's default"
+            return Approval(answer, f"{where} says {answer}"), "policy"
+        if self.approve is None:
+            return Approval(
+                "deny", "no one was there to ask (a headless run denies what its policy asks about)"
+            ), "host"
+        return await self._called(request), "callback"
+
+    async def _called(self, request: ApprovalRequest) -> Approval:
+        """The callback's answer; one that raises, answers nonsense or takes too long is a deny."""
+        assert self.approve is not None
+        approve = self.approve
+        try:
+            if inspect.iscoroutinefunction(approve):
+                answered = await asyncio.wait_for(approve(request), self.timeout)
+            else:  # in a thread: the endpoint goes on serving while it decides
+                answered = await asyncio.wait_for(asyncio.to_thread(approve, request), self.timeout)
+                if inspect.isawaitable(answered):
+                    answered = await asyncio.wait_for(answered, self.timeout)
+        except asyncio.TimeoutError:
+            return Approval("deny", f"no answer within {self.timeout:g} s (approval_timeout)")
+        except Exception as exc:
+            return Approval("deny", f"the approval callback failed: {type(exc).__name__}: {exc}")
+        if isinstance(answered, Approval) and answered.decision in ("allow", "deny"):
+            return answered
+        if answered in ("allow", "deny"):
+            return Approval(answered)
+        return Approval("deny", f"the approval callback answered {answered!r}, not 'allow', 'deny' or an Approval")

@@ -1,0 +1,106 @@
+"""The host answers every tool call the agent wants to make: a policy, a Python callback, or no
+one (a deny). The scripted model asks for allowed and denied commands; a denied command never
+ran (its effect is absent), the model was told why, and the run went on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opencode_gateway import run
+from opencode_gateway.approvals.host import Approval
+from opencode_gateway.approvals.policy import ApprovalRequest
+from opencode_gateway.events import ApprovalAnswered, ApprovalAsked
+from opencode_gateway.opencode.lines import ToolResult
+from opencode_gateway.settings import Settings
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+
+pytestmark = pytest.mark.e2e
+
+POLICY = {"rules": {"bash": {"echo *": "allow", "rm *": "deny"}}, "default": "deny"}
+
+
+def _bash(*commands: str) -> Reply:
+    calls = [ToolCall("bash", {"command": c, "description": f"step {n}"}) for n, c in enumerate(commands)]
+    return Reply(tool_calls=calls, usage=usage(100, 5))
+
+
+def _tool_messages(upstream: ScriptedUpstream) -> list[str]:
+    """What the model was told of its tool calls, in the last request."""
+    return [m["content"] for m in upstream.requests[-1]["body"]["messages"] if m.get("role") == "tool"]
+
+
+def _run(upstream: ScriptedUpstream, workdir: Path, settings: Settings, **options: Any) -> Any:
+    return run(
+        "Do it",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        settings=settings,
+        **options,
+    )
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_a_policy_lets_the_allowed_command_run_and_the_denied_one_never_runs(
+    sandbox: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    (workdir / "keep.txt").write_text("kept")
+    upstream.script(_bash("echo allowed > made.txt", "rm -f keep.txt"), Reply(text="done", usage=usage(200, 5)))
+    result = _run(upstream, workdir, settings.replace(sandbox=sandbox), approvals=POLICY)
+    assert result.ok, result.error
+    assert (workdir / "made.txt").read_text() == "allowed\n"
+    assert (workdir / "keep.txt").read_text() == "kept", "the denied rm ran"
+    told = _tool_messages(upstream)
+    assert "denied by the host: the rule bash 'rm *' says deny" in told
+    answers = {e.subject: e for e in result.events if isinstance(e, ApprovalAsked)}
+    assert set(answers) == {"echo allowed > made.txt", "rm -f keep.txt"}
+    decided = {(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)}
+    assert decided == {("allow", "policy"), ("deny", "policy")}
+    denied = [e for e in result.events if isinstance(e, ToolResult) and e.is_error]
+    assert [e.output for e in denied] == ["denied by the host: the rule bash 'rm *' says deny"]
+
+
+def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denies(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    asked: list[ApprovalRequest] = []
+
+    def approve(request: ApprovalRequest) -> Any:
+        asked.append(request)
+        if "first" in (request.subject or ""):
+            return "allow"
+        if "second" in (request.subject or ""):
+            return Approval("deny", "not today")
+        raise RuntimeError("the reviewer is out")
+
+    upstream.script(
+        _bash("echo first > first.txt", "echo second > second.txt", "echo third > third.txt"),
+        Reply(text="done", usage=usage(200, 5)),
+    )
+    result = _run(upstream, workdir, settings, approvals={"default": "ask"}, approve=approve)
+    assert result.ok, result.error
+    assert (workdir / "first.txt").exists()
+    assert not (workdir / "second.txt").exists() and not (workdir / "third.txt").exists()
+    assert sorted(r.subject or "" for r in asked) == [
+        "echo first > first.txt",
+        "echo second > second.txt",
+        "echo third > third.txt",
+    ]
+    told = _tool_messages(upstream)
+    assert "denied by the host: not today" in told
+    assert "denied by the host: the approval callback failed: RuntimeError: the reviewer is out" in told
+
+
+def test_with_no_one_to_ask_a_headless_run_denies_and_goes_on(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    upstream.script(_bash("echo hi > hi.txt"), Reply(text="could not", usage=usage(200, 5)))
+    result = _run(upstream, workdir, settings, approvals={"default": "ask"})
+    assert result.ok and result.text == "could not"
+    assert not (workdir / "hi.txt").exists()
+    [answer] = [e for e in result.events if isinstance(e, ApprovalAnswered)]
+    assert (answer.decision, answer.by) == ("deny", "host")
