@@ -49,17 +49,17 @@ class Approval:
 Approve = Callable[[ApprovalRequest], Decision | Approval | Awaitable[Decision | Approval]]
 
 
+By = Literal["mode", "policy", "callback", "person", "host"]
+
+
 @dataclass(frozen=True)
 class Decided:
-    """How an ask was answered: by the permission mode, the policy, the callback or the host
-    (no one to ask), after `waited_s`."""
+    """How an ask was answered: by the permission mode, the policy, the callback, a person at the
+    terminal or the host (no one to ask), after `waited_s`."""
 
     approval: Approval
-    by: Literal["mode", "policy", "callback", "host"]
+    by: By
     waited_s: float
-
-
-_HELLO_WAIT_S = 10.0  # how long a model call waits for the plugin's hello (it comes first)
 
 
 def _json(data: Mapping[str, Any], status: int = 200) -> Response:
@@ -82,6 +82,7 @@ class Approvals:
         on_asked: Callable[[ApprovalRequest], None] = lambda request: None,
         on_answered: Callable[[ApprovalRequest, Decided], None] = lambda request, decided: None,
         secrets: Sequence[str] = (),
+        hello_wait: float = 10.0,
     ) -> None:
         self.policy = policy
         self._token = token
@@ -94,11 +95,12 @@ class Approvals:
         self._on_answered = on_answered
         self._key = random_secrets.token_urlsafe(32)
         self._said_hello = asyncio.Event()
+        self._hello_wait = hello_wait  # how long a model call waits for the plugin's hello (it comes first)
 
     async def loaded(self) -> str | None:
         """None once the plugin said hello; else why a model call is refused."""
         try:
-            await asyncio.wait_for(self._said_hello.wait(), _HELLO_WAIT_S)
+            await asyncio.wait_for(self._said_hello.wait(), self._hello_wait)
         except asyncio.TimeoutError:
             return "the approval plugin did not load in OpenCode, so tool calls would not be asked about"
         return None
@@ -128,6 +130,8 @@ class Approvals:
                 tool, arguments = str(body["tool"]), body.get("args") or {}
             except (ValueError, KeyError, TypeError):
                 return _json({"decision": "deny", "reason": "the ask was not understood"}, 400)
+            if tool == "invalid":  # a tool OpenCode does not offer (the mode denies it): OpenCode says so
+                return _json({"decision": "allow", "reason": ""})
             if not isinstance(arguments, dict):
                 arguments = {"value": arguments}
             asked = ApprovalRequest(
@@ -152,7 +156,7 @@ class Approvals:
         self._on_answered(request, decided)
         return decided
 
-    async def _answer(self, request: ApprovalRequest) -> tuple[Approval, Literal["mode", "policy", "callback", "host"]]:
+    async def _answer(self, request: ApprovalRequest) -> tuple[Approval, By]:
         denied = self._denied_by_mode(request.tool)
         if denied is not None:
             return Approval("deny", denied), "mode"
@@ -161,9 +165,7 @@ class Approvals:
             where = f"the rule {rule}" if rule else "the policy's default"
             return Approval(answer, f"{where} says {answer}"), "policy"
         if self.approve is None:
-            return Approval(
-                "deny", "no one was there to ask (a headless run denies what its policy asks about)"
-            ), "host"
+            return Approval("deny", "no one to ask: a headless run denies what its policy asks about"), "host"
         return await self._called(request), "callback"
 
     async def _called(self, request: ApprovalRequest) -> Approval:

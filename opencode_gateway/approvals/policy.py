@@ -10,8 +10,10 @@ to do with a call no rule matches.
 
 A rule's pattern matches the call's subject: bash's command, the file a tool reads or writes
 (relative to the workdir when inside it), the URL a fetch gets, the pattern a search looks for.
-The first rule of the call's tool that matches decides. Pure: a policy is decided in microseconds
-and tested without a run.
+The first rule of the call's tool that matches decides. A bash command that chains others (`;`,
+`&&`, `|`, `$(...)`, a newline...) is never taken by an allow rule, and a deny or ask rule
+matches any of its parts: `git status; rm -rf ~` is not `git *`, and is `rm *`. Pure: a policy
+is decided in microseconds and tested without a run.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _SUBJECTS = {
     "webfetch": "url",
 }
 _PATHS = {"filePath", "path"}
+# What chains one shell command to another (or runs one inside): `git status; rm -rf ~` must not
+# pass as `git *`. An allow rule takes a simple command only; deny and ask rules look at each part.
+_CHAINS = re.compile(r"\|\||&&|[;|\n`]|(?<![<>])&(?!>)|\$\(|<\(|>\(")  # not 2>&1, &> (redirections)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,13 @@ class Rule:
         if request.subject is None:
             return False
         paths = _SUBJECTS.get(request.tool) in _PATHS
-        return _compiled(self.pattern, paths).fullmatch(request.subject) is not None
+        pattern = _compiled(self.pattern, paths)
+        if request.tool != "bash":
+            return pattern.fullmatch(request.subject) is not None
+        parts = [part.strip() for part in _CHAINS.split(request.subject)]
+        if self.answer == "allow":
+            return len(parts) == 1 and pattern.fullmatch(parts[0]) is not None
+        return any(pattern.fullmatch(part) for part in (request.subject, *parts))
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool} {self.pattern!r}"
