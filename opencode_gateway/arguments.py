@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import SettingsError
+from ._yaml import load_yaml
+from .approvals.policy import Policy, parse_policy
+from .errors import SettingsError, one_line
 from .settings import Settings
 from .settings_file import load_settings
 
@@ -97,5 +99,21 @@ def _absolute(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
-_FROM_FILE: dict[str, Callable[[str], Any]] = {"instructions": lambda path: read_text_file(path, "instructions")}
+def _policy(path: str) -> Policy:
+    """An --approve file: the `approvals:` setting's mapping, alone or under that key."""
+    import yaml
+
+    try:
+        data = load_yaml(read_text_file(path, "approval policy"))
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"the approval policy file {path} is not valid YAML: {one_line(str(exc))}") from None
+    if isinstance(data, dict) and set(data) == {"approvals"}:
+        data = data["approvals"]
+    return parse_policy(data, where=f"{path}: approvals")
+
+
+_FROM_FILE: dict[str, Callable[[str], Any]] = {
+    "instructions": lambda path: read_text_file(path, "instructions"),
+    "approvals": _policy,
+}
 _PATHS = {"sandbox_allow_write": _absolute, "sandbox_allow_read": _absolute}  # resolved where the flag was given

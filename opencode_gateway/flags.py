@@ -79,6 +79,18 @@ def budget_flags(parser: argparse.ArgumentParser, of: str) -> None:
     parser.add_argument("--max-turns", type=int, metavar="N", help=f"stop {of} after N main-model requests")
 
 
+def approval_flags(parser: argparse.ArgumentParser, of: str) -> None:
+    parser.add_argument(
+        "--approve",
+        dest="approvals",
+        metavar="FILE",
+        help=f"a YAML policy that answers every tool call of {of} (rules by tool and pattern, a default; docs/cli.md)",
+    )
+    parser.add_argument(
+        "--approval-timeout", type=float, metavar="S", help="an ask unanswered this long is a deny (default: 300)"
+    )
+
+
 def sandbox_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sandbox", choices=SANDBOX_KINDS, help="confine OpenCode with bubblewrap (default: auto, when it works here)"

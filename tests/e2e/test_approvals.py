@@ -4,6 +4,9 @@ ran (its effect is absent), the model was told why, and the run went on."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from opencode_gateway.events import ApprovalAnswered, ApprovalAsked
 from opencode_gateway.opencode.lines import ToolResult
 from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
+from tests.support.serving import CLI
 
 pytestmark = pytest.mark.e2e
 
@@ -104,3 +108,41 @@ def test_with_no_one_to_ask_a_headless_run_denies_and_goes_on(
     assert not (workdir / "hi.txt").exists()
     [answer] = [e for e in result.events if isinstance(e, ApprovalAnswered)]
     assert (answer.decision, answer.by) == ("deny", "host")
+
+
+def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
+) -> None:
+    policy = tmp_path / "approve.yaml"
+    policy.write_text('approvals:\n  rules:\n    bash: {"echo *": allow}\n  default: deny\n')
+    upstream.script(_bash("echo yes > yes.txt", "touch no.txt"), Reply(text="done", usage=usage(200, 5)))
+    result = subprocess.run(
+        [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
+        + ["--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "ledger.db")]
+        + ["--approve", str(policy), "--json", "Do it"],
+        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (workdir / "yes.txt").exists() and not (workdir / "no.txt").exists()
+    events = json.loads(result.stdout)["events"]
+    answered = sorted((e["decision"], e["reason"]) for e in events if e["type"] == "approval_answered")
+    assert answered == [("allow", "the rule bash 'echo *' says allow"), ("deny", "the policy's default says deny")]
+    assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"echo yes > yes.txt", "touch no.txt"}
+
+
+def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path) -> None:
+    policy = tmp_path / "approve.yaml"
+    policy.write_text('rules:\n  bash: {"git *": perhaps}\n')
+    result = subprocess.run(
+        [*CLI, "run", "-m", "openai/gpt-4o-mini", "--approve", str(policy), "Do it"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"opencode-gateway: error: {policy}: approvals.rules.bash['git *']: 'perhaps' is not one of allow, deny, ask\n"
+    )
