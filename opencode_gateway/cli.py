@@ -33,7 +33,6 @@ from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
 from .flags import (
     Parser,
-    approval_flags,
     attribution_flags,
     budget_flags,
     common_flags,
@@ -78,7 +77,6 @@ def _run_command(commands: argparse._SubParsersAction[Parser]) -> None:
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     limit_flags(run, "the run")
-    approval_flags(run, "the run")
     sandbox_flags(run)
     opencode_bin_flag(run)
     ledger_flag(run)
@@ -117,7 +115,6 @@ def _batch_command(commands: argparse._SubParsersAction[Parser]) -> None:
     batch.add_argument("--batch-id", metavar="ID", help="the batch's id in the ledger (default: from the file's path)")
     upstream_flags(batch)
     limit_flags(batch, "each run")
-    approval_flags(batch, "each run")
     sandbox_flags(batch)
     opencode_bin_flag(batch)
     ledger_flag(batch)

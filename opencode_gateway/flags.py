@@ -68,8 +68,10 @@ def upstream_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def limit_flags(parser: argparse.ArgumentParser, of: str) -> None:
+    """What bounds a run: its time, its budgets, and which tool calls it may make."""
     parser.add_argument("--timeout", type=float, metavar="S", help=f"wall-clock limit of {of} (default: 1800)")
     budget_flags(parser, of)
+    approval_flags(parser, of)
 
 
 def budget_flags(parser: argparse.ArgumentParser, of: str) -> None:

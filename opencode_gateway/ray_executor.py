@@ -23,7 +23,7 @@ from typing import Any
 from ._litellm import owning_loop
 from .accounting.budget import Claim, Verdict, period_caps
 from .accounting.ledger import Ledger, LedgerLocation, this_process
-from .accounting.records import RequestRecord, RunUsage
+from .accounting.records import ApprovalRecord, RequestRecord, RunUsage
 from .batch import Batch, Outcome, Task, run_task
 from .credentials import refuse_inspection
 from .errors import GatewayError, SettingsError
@@ -65,6 +65,9 @@ class _QueuedLedger:
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
         self.queue.put(("record", run_id, record))
+
+    def record_approval(self, run_id: str, record: ApprovalRecord) -> None:
+        self.queue.put(("approval", run_id, record))
 
     def update_run(
         self,
@@ -228,6 +231,8 @@ class RayExecutor:
             self.ledger.start_run(**payload)
         elif kind == "record":
             self.ledger.record_request(key, payload)
+        elif kind == "approval":
+            self.ledger.record_approval(key, payload)
         elif kind == "update":
             self.ledger.update_run(run_id=key, **payload)
             if payload["stop_reason"] is not None:

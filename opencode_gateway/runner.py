@@ -14,13 +14,14 @@ import secrets
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
-from .accounting.records import RequestRecord
+from .accounting.records import ApprovalRecord, RequestRecord
 from .accounting.run import Totals
 from .approvals.policy import ApprovalRequest, Policy
 from .assembly import (
@@ -180,6 +181,19 @@ def approvals_for(run: _Run) -> Approvals:
 
     def answered(request: ApprovalRequest, decided: Decided) -> None:
         approval = decided.approval
+        record = ApprovalRecord(
+            uuid.uuid4().hex,
+            request.session_id,
+            request.call_id,
+            request.tool,
+            request.subject,
+            approval.decision,
+            decided.by,
+            approval.reason,
+            time.time() - decided.waited_s,
+            decided.waited_s,
+        )
+        run.account.approval(redacted(record, run.secrets))
         run.seen(
             ApprovalAnswered(
                 request.session_id,

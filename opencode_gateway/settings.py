@@ -115,17 +115,14 @@ class Settings:
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
     executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (ray_executor.py)
-    # OpenTelemetry traces of every run (traces.py: endpoint, headers, content, service_name); None:
-    # only when the standard OTEL_EXPORTER_OTLP_* variables name a collector.
+    # OpenTelemetry traces (traces.py); None: only when OTEL_EXPORTER_OTLP_* names a collector
     otel: Mapping[str, Any] | None = None
     metrics_token: str | None = field(default=None, repr=False)  # serve's /metrics, besides the admin token
     metrics_labels: tuple[str, ...] = ()  # metadata keys serve's metrics are labelled by (a bounded set)
     keep_sessions_days: float | None = 30.0  # kept sessions unused this long are pruned at a run's start
-    # Which tool calls the agent may make (approvals/policy.py); None: no asks, the mode decides alone
-    approvals: Policy | None = None
+    approvals: Policy | None = None  # which tool calls the agent may make (approvals/policy.py); None: no asks
     approval_timeout: float = 300.0  # how long an ask waits for its answer, then it is a deny
-    # The environment, read once by validated(): the gateway's URL and key fall back to it, and
-    # every credential in it is a secret to redact. None until then (read when asked).
+    # The environment, read once by validated() (the URL and key's fallback; its credentials redacted)
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
     # Files the gateway read its settings or a key from: a sandbox hides them wherever they are.
     secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})

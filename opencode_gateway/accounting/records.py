@@ -9,7 +9,7 @@ from typing import Any, Literal
 from .pricing import Cost
 from .usage import Usage
 
-__all__ = ["Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved"]
+__all__ = ["ApprovalRecord", "Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved"]
 
 # How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
 StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
@@ -69,6 +69,22 @@ class RequestRecord:
             "session_id": self.session_id,
             "purpose": self.purpose,
         }
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """A tool call the host was asked about, and its answer (approvals/): one row of `approvals`."""
+
+    approval_id: str
+    session_id: str | None
+    call_id: str | None
+    tool: str
+    subject: str | None  # what a policy's patterns match: the command, the path, the URL
+    decision: str  # allow | deny
+    by: str  # mode | policy | callback | person | host
+    reason: str
+    asked_at: float
+    waited_s: float
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..terminal import cell
 from .ledger import LedgerLocation, connect
-from .ledger.queries import group_rows
+from .ledger.queries import approval_counts, group_rows
 from .times import utc_time, zone
 
 __all__ = ["Group", "Report", "RunFacts", "build_report", "render_table", "report_from"]
@@ -52,6 +52,10 @@ class Group:
     # What prompt caching saved (pricing.Cost.cache_saved); None when a request with cache tokens
     # had no known price.
     cache_saved: float | None = 0.0
+    # Tool calls the host was asked about (approvals/), and of them how many it allowed and denied
+    asked: int = 0
+    allowed: int = 0
+    denied: int = 0
     status: str | None = None  # by run: how it ended (done, error, ...), "running" or "abandoned"
     run: RunFacts | None = None  # by run: when, on what, with what metadata, how it ended
     parts: tuple[Group, ...] = ()  # with breakdown: the group per model
@@ -102,15 +106,17 @@ class Report:
             "unpriced",
             "cached",
             "cache_saved_usd",
+            *(("asked", "allowed", "denied") if self.total.asked else ()),
         ]
         cells = []
         for group in self.groups:  # a breakdown's rows under their group's (in CSV: "group / model")
-            cells.append(_cells(group, group.label, by_run))
+            cells.append(_cells(group, group.label, by_run, self.total.asked))
             cells += [
                 _cells(part, f"{group.label} / {part.label}" if fmt == "csv" else f"  └ {part.label}", by_run)
+                + ([""] * 3 if self.total.asked else [])  # a model's share of a run's asks is not known
                 for part in group.parts
             ]
-        cells.append(_cells(self.total, "TOTAL", by_run))
+        cells.append(_cells(self.total, "TOTAL", by_run, self.total.asked))
         if fmt == "csv":
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
@@ -118,7 +124,8 @@ class Report:
             writer.writerows([[_csv_cell(cell) for cell in row] for row in cells])
             return out.getvalue()
         if fmt == "markdown":  # the figures' columns aligned right
-            rows = [header, ["---:" if i >= len(header) - 11 else "---" for i in range(len(header))]]
+            figures = 11 + (3 if self.total.asked else 0)
+            rows = [header, ["---:" if i >= len(header) - figures else "---" for i in range(len(header))]]
             rows += [[_markdown_cell(cell) for cell in row] for row in cells[:-1]]
             rows.append([f"**{_markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
             return "".join("| " + " | ".join(row) + " |\n" for row in rows)
@@ -143,7 +150,7 @@ def _markdown_cell(text: str) -> str:
     return cell(" ".join(text.splitlines())).translate(_MARKDOWN)
 
 
-def _cells(group: Group, label: str, by_run: bool) -> list[str]:
+def _cells(group: Group, label: str, by_run: bool, asks: int = 0) -> list[str]:
     facts = group.run
     described = (
         []
@@ -172,6 +179,7 @@ def _cells(group: Group, label: str, by_run: bool) -> list[str]:
         str(group.unpriced_requests),
         f"{group.cached_share:.1%}",
         "unknown" if group.cache_saved is None else f"{group.cache_saved:.6f}",
+        *((str(group.asked), str(group.allowed), str(group.denied)) if asks else ()),
     ]
 
 
@@ -264,13 +272,23 @@ def report_from(
     rows, total, part_rows = group_rows(
         connection, by=by, since=since, until=until, where=where, breakdown=breakdown, tz=tz
     )
+    asks, all_asks = approval_counts(connection, by=by, since=since, until=until, where=where, tz=tz)
     parts: dict[str | None, list[Group]] = {}
     for row in part_rows:
         parts.setdefault(_key(row["grp"]), []).append(_group(row, _key(row["part"])))
     groups = tuple(
-        dataclasses.replace(_group(row, _key(row["grp"])), parts=tuple(parts.get(_key(row["grp"]), ()))) for row in rows
+        _asked(
+            dataclasses.replace(_group(row, _key(row["grp"])), parts=tuple(parts.get(_key(row["grp"]), ()))),
+            asks.get(row["grp"], (0, 0, 0)),
+        )
+        for row in rows
     )
-    return Report(by=by, groups=groups, total=_group(total, "TOTAL"))
+    return Report(by=by, groups=groups, total=_asked(_group(total, "TOTAL"), all_asks))
+
+
+def _asked(group: Group, counts: tuple[int, int, int]) -> Group:
+    asked, allowed, denied = counts
+    return dataclasses.replace(group, asked=asked, allowed=allowed, denied=denied)
 
 
 def _key(value: Any) -> str | None:

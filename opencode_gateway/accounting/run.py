@@ -31,7 +31,7 @@ from typing import Any
 from .budget import WAIT, Budget, Claim, PeriodBudget, Refusal, Spent
 from .ledger import RunLedger
 from .pricing import Pricer
-from .records import Purpose, RequestRecord, RunOutcome, RunUsage
+from .records import ApprovalRecord, Purpose, RequestRecord, RunOutcome, RunUsage
 from .usage import Usage
 
 __all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "RunRow", "Totals", "reservation_usage", "totals"]
@@ -264,6 +264,11 @@ class RunAccount:
             self.limits.add(record)
         if self.on_record is not None:
             self.on_record(record)
+
+    def approval(self, record: ApprovalRecord) -> None:
+        """An ask and its answer: its row."""
+        if self.ledger is not None:
+            self.ledger.record_approval(self.run_id, record)
 
     def reserve(self, body: Mapping[str, Any], models: Sequence[str], purpose: Purpose = "main") -> Spent:
         """A call's reservation: one request, its estimated tokens, their price, and a turn when it

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import Ledger, LedgerLocation, connect
+from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation, connect
 from opencode_gateway.accounting.ledger.schema import REQUEST_COLUMNS, RUN_COLUMNS
 from opencode_gateway.accounting.records import RunUsage
 from tests.accounting.test_ledger import record, start
@@ -81,7 +81,7 @@ def test_status_names_the_backend_and_schema_version(ledger_at: LedgerLocation) 
     result = cli("ledger", "status", "--ledger", ledger_at.url or str(ledger_at.path), "--json")
     assert result.returncode == 0, result.stderr
     backend = "postgresql" if ledger_at.url else "sqlite"
-    assert f'"backend": "{backend}"' in result.stdout and '"schema_version": 5' in result.stdout
+    assert f'"backend": "{backend}"' in result.stdout and f'"schema_version": {SCHEMA_VERSION}' in result.stdout
     assert PASSWORD not in result.stdout
 
 

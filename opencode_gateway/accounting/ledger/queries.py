@@ -17,6 +17,7 @@ from .location import LedgerLocation
 
 __all__ = [
     "BUILT_IN_GROUPS",
+    "approval_counts",
     "DEFAULT_BY",
     "SOURCE",
     "STARTED",
@@ -176,6 +177,35 @@ def group_rows(
         ).fetchall()
     )
     return rows, total, parts
+
+
+# The asks of the runs a report covers, grouped as its requests are: a run's approvals under its
+# groups (its model, its start, its tags and metadata); `q` is there, empty, for the groupings.
+_APPROVALS = "runs r JOIN approvals a ON a.run_id = r.run_id LEFT JOIN requests q ON 1 = 0"
+_APPROVAL_SUMS = """COUNT(*) AS asked, SUM(CASE WHEN a.decision = 'allow' THEN 1 ELSE 0 END) AS allowed,
+    SUM(CASE WHEN a.decision = 'deny' THEN 1 ELSE 0 END) AS denied"""
+
+
+def approval_counts(
+    connection: Database,
+    *,
+    by: str,
+    since: str | None,
+    until: str | None,
+    where: Sequence[tuple[str, str]],
+    tz: tzinfo = timezone.utc,
+) -> tuple[dict[Any, tuple[int, int, int]], tuple[int, int, int]]:
+    """(asked, allowed, denied) per group of a report, and in all."""
+    offset = datetime.now(tz).utcoffset() or timedelta()
+    group = grouping(connection.dialect, by, offset.total_seconds())
+    where_sql, filters = selection(connection.dialect, since, until, where, tz)
+    rows = connection.execute(
+        f"SELECT {group.key} AS grp, {_APPROVAL_SUMS} FROM {_APPROVALS}{group.join} {where_sql} GROUP BY grp",
+        [*group.parameters, *filters],
+    ).fetchall()
+    total = connection.execute(f"SELECT {_APPROVAL_SUMS} FROM {_APPROVALS} {where_sql}", filters).fetchone()
+    counts = {row["grp"]: (row["asked"], row["allowed"] or 0, row["denied"] or 0) for row in rows}
+    return counts, (total["asked"], total["allowed"] or 0, total["denied"] or 0)
 
 
 def _check_dimension(connection: Database, by: str) -> None:

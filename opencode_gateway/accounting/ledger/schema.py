@@ -15,6 +15,7 @@ from .location import LedgerLocation
 from .owners import gone
 
 __all__ = [
+    "APPROVAL_COLUMNS",
     "MIGRATIONS",
     "REQUEST_COLUMNS",
     "RUN_COLUMNS",
@@ -97,6 +98,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX holds_by_budget ON holds(budget, held_at)
     """,
+    # Each tool call the host was asked about (approvals/), and how it was answered.
+    """
+    CREATE TABLE approvals (
+        approval_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(run_id),
+        session_id TEXT,
+        call_id TEXT,
+        tool TEXT NOT NULL,
+        subject TEXT,
+        decision TEXT NOT NULL,
+        answered_by TEXT NOT NULL,
+        reason TEXT,
+        asked_at REAL NOT NULL,
+        waited_s REAL NOT NULL
+    );
+    CREATE INDEX approvals_by_run ON approvals(run_id)
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -122,6 +140,20 @@ RUN_COLUMNS = (
     "cost",
     "unpriced_requests",
     "owner",
+)
+# An ask's row, column by column (the order record_approval writes them in).
+APPROVAL_COLUMNS = (
+    "approval_id",
+    "run_id",
+    "session_id",
+    "call_id",
+    "tool",
+    "subject",
+    "decision",
+    "answered_by",
+    "reason",
+    "asked_at",
+    "waited_s",
 )
 # A request's row, column by column (the order record_request writes them in).
 REQUEST_COLUMNS = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .database import Database
-from .schema import REQUEST_COLUMNS, RUN_COLUMNS
+from .schema import APPROVAL_COLUMNS, REQUEST_COLUMNS, RUN_COLUMNS
 
 __all__ = ["Moved", "merge"]
 
@@ -24,6 +24,10 @@ INSERT_REQUEST = (
     f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))}) "
     "ON CONFLICT (request_id) DO NOTHING"
 )
+INSERT_APPROVAL = (
+    f"INSERT INTO approvals ({', '.join(APPROVAL_COLUMNS)}) VALUES ({', '.join('?' * len(APPROVAL_COLUMNS))}) "
+    "ON CONFLICT (approval_id) DO NOTHING"
+)
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,16 @@ class Moved:
 
 
 def merge(source: Database, target: Database) -> Moved:
-    """Every run and request of `source` into `target`, every column, in one transaction of the
+    """Every run, request and approval of `source` into `target`, every column, in one transaction of the
     target's: all of them or none."""
     runs = source.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs").fetchall()
     requests = source.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests").fetchall()
+    approvals = source.execute(f"SELECT {', '.join(APPROVAL_COLUMNS)} FROM approvals").fetchall()
     with target.transaction():
         before = _counts(target)
         target.executemany(INSERT_RUN, [tuple(row) for row in runs])
         target.executemany(INSERT_REQUEST, [tuple(row) for row in requests])
+        target.executemany(INSERT_APPROVAL, [tuple(row) for row in approvals])
         after = _counts(target)
     return Moved(len(runs), len(requests), after[0] - before[0], after[1] - before[1])
 

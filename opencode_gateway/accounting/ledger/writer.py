@@ -10,6 +10,7 @@ together, in one transaction (a commit per row was a sixth of the relay's CPU at
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -20,12 +21,13 @@ from typing import Any, Protocol, TypeVar
 
 from ...errors import LedgerError, LedgerUnavailable
 from ..budget import HOLD_TTL_S, Claim, Spent, Verdict, period_verdict
-from ..records import RequestRecord, RunUsage
+from ..records import ApprovalRecord, RequestRecord, RunUsage
 from .database import Database
 from .failover import INSERT_RUN, Failover
 from .location import LedgerLocation
 from .owners import this_process
 from .schema import REQUEST_COLUMNS, abandon
+from .transfer import INSERT_APPROVAL
 
 __all__ = ["REQUEST_COLUMNS", "Ledger", "RunLedger"]
 
@@ -91,6 +93,8 @@ class RunLedger(Protocol):
     ) -> None: ...
 
     def record_request(self, run_id: str, record: RequestRecord) -> None: ...
+
+    def record_approval(self, run_id: str, record: ApprovalRecord) -> None: ...
 
     def update_run(
         self,
@@ -177,6 +181,11 @@ class Ledger:
             first = len(self._rows) == 1
         if first:  # one write job takes every row queued until it runs
             self._executor.submit(self._write_rows)
+
+    def record_approval(self, run_id: str, record: ApprovalRecord) -> None:
+        """An ask and its answer (its fields in APPROVAL_COLUMNS' order, the run's id second); never blocks."""
+        approval_id, *rest = dataclasses.astuple(record)
+        self._submit(lambda db: db.execute(INSERT_APPROVAL, (approval_id, run_id, *rest)))
 
     def _write_rows(self) -> None:
         with self._rows_lock:
