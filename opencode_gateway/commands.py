@@ -71,9 +71,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 else:
                     _print_json(event.to_dict(), sys.stderr)
         elif sys.stderr.isatty() and not args.quiet:
+            from .approvals.person import Person, terminal_reachable
             from .console import RunView
 
             with RunView(sys.stderr, model=settings.model or "") as view:
+                if settings.approvals is not None and terminal_reachable():  # what the policy asks: you
+                    options["approve"] = Person(view.paused, settings.approval_timeout)
                 for event in stream(prompt, **options):
                     if isinstance(event, Done):
                         result = event.result

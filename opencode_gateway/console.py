@@ -10,8 +10,10 @@ the status line from its own thread, so the clock moves while nothing else does.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Protocol, TextIO
 
@@ -68,6 +70,7 @@ class RunView:
         self._streamed = False  # text streamed since OpenCode's last whole Text: that Text was shown
         self._spinner = Spinner("dots")
         self._live = Live(self, console=self.console, refresh_per_second=4, transient=True)
+        self._asking = threading.Lock()
 
     def __enter__(self) -> RunView:
         self._live.start()
@@ -125,6 +128,18 @@ class RunView:
         elif isinstance(event, Error):
             self._flush()
             self._print(RichText(f"✗ {event.name}: {_one_line(event.message)}", style="red"))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[Callable[[str], None]]:
+        """The live view stopped while a person is asked something (approvals/person.py); what
+        the asker writes is shown with its control characters made visible."""
+        with self._asking:
+            self._flush()
+            self._live.stop()
+            try:
+                yield lambda text: self.console.print(RichText(shown(text), style="bold"))
+            finally:
+                self._live.start()
 
     def _tool_ended(self, event: ToolResult) -> None:
         self._flush()

@@ -166,7 +166,7 @@ class Approvals:
             return Approval(answer, f"{where} says {answer}"), "policy"
         if self.approve is None:
             return Approval("deny", "no one to ask: a headless run denies what its policy asks about"), "host"
-        return await self._called(request), "callback"
+        return await self._called(request), getattr(self.approve, "by", "callback")  # a Person: "person"
 
     async def _called(self, request: ApprovalRequest) -> Approval:
         """The callback's answer; one that raises, answers nonsense or takes too long is a deny."""

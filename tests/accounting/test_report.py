@@ -15,7 +15,7 @@ import pytest
 from opencode_gateway.accounting.budget import Claim, PeriodBudget, Spent
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.pricing import Cost
-from opencode_gateway.accounting.records import RequestRecord, RunUsage
+from opencode_gateway.accounting.records import ApprovalRecord, RequestRecord, RunUsage
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
@@ -448,3 +448,28 @@ def test_a_metadata_value_with_a_control_character_is_refused(value: object) -> 
     with pytest.raises(SettingsError, match="holds a control character"):
         check_attribution((), {"te\nam": "x"}, ())
     check_attribution((), {"team": "a b", "pr": 42, "labels": ["x", {"y": "z"}]}, ("ticket",))
+
+
+def _asks(location: LedgerLocation, run_id: str, *decisions: str) -> None:
+    ledger = Ledger(location)
+    for n, decision in enumerate(decisions):
+        record = ApprovalRecord(f"{run_id}-a{n}", None, f"call_{n}", "bash", "make", decision, "policy", "", DAY1, 0.01)
+        ledger.record_approval(run_id, record)
+    ledger.close()
+
+
+def test_asks_are_counted_per_group_once_a_ledger_has_any(filled: LedgerLocation) -> None:
+    """A run's asks count once in each of its groups, however many requests it made."""
+    plain = build_report(filled, by="ticket")
+    assert "asked" not in plain.render("table") and plain.total.asked == 0  # no asks: no columns
+    _asks(filled, "r1", "allow", "deny", "deny")  # r1 made two requests
+    _asks(filled, "r3", "allow")
+    report = build_report(filled, by="ticket")
+    groups = {g.key: (g.asked, g.allowed, g.denied) for g in report.groups}
+    assert groups == {"ENG-1": (3, 1, 2), "ENG-2": (1, 1, 0), None: (0, 0, 0)}
+    assert (report.total.asked, report.total.allowed, report.total.denied) == (4, 2, 2)
+    by_tag = {g.key: g.asked for g in build_report(filled, by="tag").groups}
+    assert by_tag["nightly"] == 4 and by_tag["harness"] == 4
+    rows = list(csv.reader(io.StringIO(report.render("csv"))))
+    assert rows[0][-3:] == ["asked", "allowed", "denied"] and rows[-1][-3:] == ["4", "2", "2"]
+    assert json.loads(report.render("json"))["total"]["denied"] == 2

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from opencode_gateway.opencode.lines import ToolResult
 from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI
+from tests.support.tmux import Terminal
 
 pytestmark = pytest.mark.e2e
 
@@ -131,6 +134,14 @@ def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
     answered = sorted((e["decision"], e["reason"]) for e in events if e["type"] == "approval_answered")
     assert answered == [("allow", "the rule bash 'echo *' says allow"), ("deny", "the policy's default says deny")]
     assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"echo yes > yes.txt", "touch no.txt"}
+    report = subprocess.run(
+        [*CLI, "report", "--by", "run", "--ledger", str(tmp_path / "ledger.db"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    total = json.loads(report.stdout)["total"]
+    assert (total["asked"], total["allowed"], total["denied"]) == (2, 1, 1), report.stderr
 
 
 def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path) -> None:
@@ -146,3 +157,46 @@ def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path)
     assert result.stderr == (
         f"opencode-gateway: error: {policy}: approvals.rules.bash['git *']: 'perhaps' is not one of allow, deny, ask\n"
     )
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="scripts/setup installs tmux")
+def test_a_person_at_the_terminal_allows_once_always_and_denies(
+    upstream: ScriptedUpstream, workdir: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    policy = tmp_path / "approve.yaml"
+    policy.write_text("default: ask\n")
+    upstream.script(
+        _bash("echo once > once.txt"),
+        _bash("git init -q ."),
+        _bash("git status > status.txt"),  # "always allow git *" answered it
+        _bash("touch denied.txt"),
+        Reply(text="all asked", usage=usage(200, 5)),
+    )
+    terminal = Terminal(f"ocg-{tmp_path.name}", {**env, "PS1": "$ ", "TERM": "xterm-256color"})
+    try:
+        command = [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
+        command += ["--workdir", str(workdir), "--ledger", str(tmp_path / "ledger.db"), "--approve", str(policy)]
+        terminal.type(shlex.join([*command, "Do it"]) + "; echo RUN-ENDED-$?")
+        for command_shown, key in (("echo once > once.txt", "y"), ("git init -q .", "a"), ("touch denied.txt", "n")):
+            terminal.wait_for(
+                lambda screen, c=command_shown: f"run bash: {c}" in screen, f"the ask for {command_shown}"
+            )
+            terminal.type(key)
+            terminal.wait_for(
+                lambda screen, c=command_shown, k=key: f"→ {k}" in screen.split(c)[-1], "the answer shown"
+            )
+        screen = terminal.wait_for(lambda screen: "RUN-ENDED-0" in screen, "the run's end")
+    finally:
+        terminal.close()
+    assert "all asked" in screen
+    assert "run bash: git status" not in screen  # never asked: "always" allowed git *
+    assert (workdir / "once.txt").exists() and (workdir / "status.txt").exists()
+    assert not (workdir / "denied.txt").exists()
+    report = subprocess.run(
+        [*CLI, "report", "--by", "run", "--ledger", str(tmp_path / "ledger.db"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    total = json.loads(report.stdout)["total"]
+    assert (total["asked"], total["allowed"], total["denied"]) == (4, 3, 1)

@@ -16,8 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 from tests.e2e.security.agent import PYTHON
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI
+from tests.support.tmux import Terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="scripts/setup installs tmux")]
 
@@ -51,45 +51,6 @@ const inject = () => spawnSync(PYTHON, [SCRIPT, COMMAND, REPORT, "plugin"], { st
 inject();  // at import
 process.on("exit", inject);  // and when OpenCode has given the terminal back to the shell
 """
-
-
-class Terminal:
-    """A tmux session of its own (its own server socket) running bash, as a user's terminal."""
-
-    def __init__(self, name: str, environ: dict[str, str]) -> None:
-        self.socket = name
-        self.env = environ
-        self.tmux("new-session", "-d", "-s", "main", "-x", "200", "-y", "50", "bash --norc --noprofile")
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(
-            ["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True, timeout=30, check=True
-        ).stdout
-
-    def type(self, keys: str, enter: bool = True) -> None:
-        self.tmux("send-keys", "-t", "main", "-l", keys)
-        if enter:
-            self.tmux("send-keys", "-t", "main", "Enter")
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "main")
-
-    def wait_for(self, seen: Callable[[str], bool], what: str, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            if seen(screen):
-                return screen
-            assert time.monotonic() < deadline, f"{what} not on screen within {timeout:g} s:\n{screen}"
-            time.sleep(0.2)
-
-    def shell_idle(self) -> None:
-        """Wait until the shell has read everything typed before now (input is read in order)."""
-        self.type("echo SHELL-READ-$((40+2))")
-        self.wait_for(lambda screen: "SHELL-READ-42" in screen, "the shell's echo")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
