@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,12 +16,14 @@ from . import _litellm
 from .accounting.budget import period_caps
 from .accounting.ledger import RunLedger
 from .accounting.pricing import Pricer
-from .accounting.records import Purpose, RequestRecord
+from .accounting.records import ApprovalRecord, Purpose, RequestRecord
 from .accounting.run import RunAccount
 from .approvals.plugin import plugin_source
+from .approvals.policy import ApprovalRequest, Policy
+from .credentials import redacted
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
-from .events import ReasoningDelta, TextDelta, ToolRequested
+from .events import ApprovalAnswered, ApprovalAsked, ReasoningDelta, TextDelta, ToolRequested
 from .opencode import config as oc_config
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
@@ -31,13 +35,14 @@ from .opencode.workspace import Workspace
 from .plan import Plan
 from .result import RunResult
 from .settings import RunSettings
-from .traces import RunSpan, Tracing, root_attributes, tracing_for
+from .traces import RunSpan, RunTrace, Tracing, root_attributes, tracing_for
 from .wiring import opencode_env, upstream_for
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
+    from .approvals.host import Approvals, Decided
     from .endpoint.hooks import Hooks
     from .endpoint.routing import RunRouter, Target
     from .endpoint.upstream import Upstream
@@ -47,6 +52,8 @@ __all__ = [
     "account_for",
     "endpoint_app",
     "live_event",
+    "mode_denial",
+    "run_approvals",
     "opencode_process",
     "router",
     "run_root",
@@ -241,6 +248,75 @@ def mode_denial(settings: RunSettings) -> Callable[[str], str | None]:
         return None
 
     return denied
+
+
+def run_approvals(
+    plan: Plan,
+    token: str,
+    secrets: Sequence[str],
+    account: RunAccount,
+    seen: Callable[[Event], Event],
+    trace: RunTrace,
+) -> Approvals | None:
+    """The run's approvals (None: it asks nothing): its policy and callback, each ask and answer
+    an event of the run (`seen`), a row of its ledger and, on the tool's span, a span event."""
+    if not plan.asks:
+        return None
+    from .approvals.host import Approvals  # starlette: only for a run that asks
+
+    settings = plan.settings
+
+    def answered(request: ApprovalRequest, decided: Decided) -> None:
+        approval = decided.approval
+        record = ApprovalRecord(
+            uuid.uuid4().hex,
+            request.session_id,
+            request.call_id,
+            request.tool,
+            request.subject,
+            approval.decision,
+            decided.by,
+            approval.reason,
+            time.time() - decided.waited_s,
+            decided.waited_s,
+        )
+        account.approval(redacted(record, secrets))
+        trace.event(
+            seen(
+                ApprovalAnswered(
+                    request.session_id,
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    decision=approval.decision,
+                    by=decided.by,
+                    reason=approval.reason,
+                    waited_s=decided.waited_s,
+                )
+            )
+        )
+
+    def asked(request: ApprovalRequest) -> None:
+        seen(
+            ApprovalAsked(
+                request.session_id,
+                call_id=request.call_id,
+                tool=request.tool,
+                arguments=dict(request.arguments),
+                subject=request.subject,
+            )
+        )
+
+    return Approvals(
+        settings.approvals or Policy(),
+        token=token,
+        denied_by_mode=mode_denial(settings),
+        workdir=str(plan.workdir),
+        timeout=settings.approval_timeout,
+        approve=plan.approve,
+        on_asked=asked,
+        on_answered=answered,
+        secrets=secrets,
+    )
 
 
 def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:

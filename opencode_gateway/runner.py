@@ -14,23 +14,21 @@ import secrets
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .accounting.budget import Refusal
 from .accounting.ledger import Ledger, RunLedger
-from .accounting.records import ApprovalRecord, RequestRecord
+from .accounting.records import RequestRecord
 from .accounting.run import Totals
-from .approvals.policy import ApprovalRequest, Policy
 from .assembly import (
     Parts,
     account_for,
     endpoint_app,
     live_event,
-    mode_denial,
     opencode_process,
+    run_approvals,
     run_root,
     run_tracing,
     silent_mcp_servers,
@@ -43,7 +41,7 @@ from .credentials import redacted
 from .endpoint.server import EndpointServer
 from .endpoint.tagging import Tagging
 from .errors import PreflightError
-from .events import ApprovalAnswered, ApprovalAsked, RequestFinished, UpstreamRetry
+from .events import RequestFinished, UpstreamRetry
 from .files import FileChange, changes, snapshot
 from .opencode.gitguard import GitControl
 from .opencode.lines import Event
@@ -58,7 +56,6 @@ from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult
 from .traces import RunTrace
 
 if TYPE_CHECKING:
-    from .approvals.host import Approvals, Decided
     from .endpoint.routing import Target
 
 __all__ = ["Parts", "execute"]
@@ -173,63 +170,6 @@ def _finished(record: RequestRecord, totals: Totals) -> RequestFinished:
     )
 
 
-def approvals_for(run: _Run) -> Approvals:
-    """The run's approvals: its policy and callback, each ask and answer an event of the run."""
-    from .approvals.host import Approvals  # starlette: only for a run that asks
-
-    settings = run.settings
-
-    def answered(request: ApprovalRequest, decided: Decided) -> None:
-        approval = decided.approval
-        record = ApprovalRecord(
-            uuid.uuid4().hex,
-            request.session_id,
-            request.call_id,
-            request.tool,
-            request.subject,
-            approval.decision,
-            decided.by,
-            approval.reason,
-            time.time() - decided.waited_s,
-            decided.waited_s,
-        )
-        run.account.approval(redacted(record, run.secrets))
-        run.seen(
-            ApprovalAnswered(
-                request.session_id,
-                call_id=request.call_id,
-                tool=request.tool,
-                decision=approval.decision,
-                by=decided.by,
-                reason=approval.reason,
-                waited_s=decided.waited_s,
-            )
-        )
-
-    def asked(request: ApprovalRequest) -> None:
-        run.seen(
-            ApprovalAsked(
-                request.session_id,
-                call_id=request.call_id,
-                tool=request.tool,
-                arguments=dict(request.arguments),
-                subject=request.subject,
-            )
-        )
-
-    return Approvals(
-        settings.approvals or Policy(),
-        token=run.token,
-        denied_by_mode=mode_denial(settings),
-        workdir=str(run.plan.workdir),
-        timeout=settings.approval_timeout,
-        approve=run.plan.approve,
-        on_asked=asked,
-        on_answered=answered,
-        secrets=run.secrets,
-    )
-
-
 class _Kept:
     """The events a run keeps for its result: until they reach KEPT_EVENTS_MAX in size, whatever
     an agent writes into OpenCode's stdout (the rest are passed on as they come, not kept)."""
@@ -273,7 +213,7 @@ class _Run:
         self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
         self.preflight: Preflight | None = None
-        self.approvals = approvals_for(self) if plan.asks else None
+        self.approvals = run_approvals(plan, self.token, self.secrets, self.account, self.seen, self.trace)
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The

@@ -32,6 +32,7 @@ from typing import Any
 from .accounting.records import RequestRecord, RunUsage
 from .credentials import redact
 from .errors import SettingsError
+from .events import ApprovalAnswered
 from .opencode.lines import ToolCall, ToolResult
 
 __all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "flush", "root_attributes", "tracing_for"]
@@ -132,6 +133,7 @@ class RunTrace:
         self.run_id = run_id
         self.secrets = tuple(secrets)
         self._inputs: dict[str, Mapping[str, Any]] = {}  # a tool call's input, until its result
+        self._answers: dict[str, ApprovalAnswered] = {}  # the host's answer to a call, until its result
 
     def request(self, record: RequestRecord) -> None:
         if (tracing := self._tracing()) is not None:
@@ -141,12 +143,24 @@ class RunTrace:
         if isinstance(event, ToolCall):  # its input goes with its result, when content is sent
             if (tracing := self._tracing()) is not None and tracing.config.content:
                 self._inputs[event.call_id] = event.input
+        elif isinstance(event, ApprovalAnswered) and event.call_id:
+            self._answers[event.call_id] = event
         elif isinstance(event, ToolResult) and (tracing := self._tracing()) is not None:
-            tracing.tool(self.run_id, event, self.secrets, self._inputs.pop(event.call_id, None))
+            inputs, answer = self._inputs.pop(event.call_id, None), self._answers.pop(event.call_id, None)
+            tracing.tool(self.run_id, event, self.secrets, inputs, answer)
 
     def end(self, root: RunSpan) -> None:
         if (tracing := self._tracing()) is not None:
             tracing.root(root, self.secrets)
+
+
+def _approval_attributes(answer: ApprovalAnswered) -> dict[str, Any]:
+    return {
+        "opencode_gateway.approval.decision": answer.decision,
+        "opencode_gateway.approval.by": answer.by,
+        "opencode_gateway.approval.reason": answer.reason[:_LINE_MAX],
+        "opencode_gateway.approval.waited_s": answer.waited_s,
+    }
 
 
 def _ids(key: str) -> tuple[int, int]:
@@ -201,6 +215,7 @@ class Tracing:
         secrets: Sequence[str],
         error: str | None = None,
         links: Sequence[Any] = (),
+        events: Sequence[tuple[str, float, Mapping[str, Any]]] = (),
     ) -> None:
         span = self.tracer.start_span(
             name,
@@ -209,6 +224,9 @@ class Tracing:
             links=links,
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
+        for event_name, at, event_attributes in events:
+            shown = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in event_attributes.items()}
+            span.add_event(event_name, shown, _ns(at))
         if error is not None:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, secrets)[:_LINE_MAX]))
         span.end(end_time=_ns(max(end, start)))
@@ -248,10 +266,16 @@ class Tracing:
         )
 
     def tool(
-        self, run_id: str, event: ToolResult, secrets: Sequence[str], tool_input: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        event: ToolResult,
+        secrets: Sequence[str],
+        tool_input: Mapping[str, Any] | None = None,
+        approval: ApprovalAnswered | None = None,
     ) -> None:
         """An OpenCode tool call's span (`execute_tool <tool>`), child of its run's root: the tool,
-        its title and how it ended; its input and output only with `otel.content`."""
+        its title and how it ended; its input and output only with `otel.content`; the host's
+        answer to it, when it was asked, as the span's event `approval`."""
         if event.started_at is None or event.ended_at is None:
             return
         attributes: dict[str, Any] = {
@@ -273,6 +297,7 @@ class Tracing:
             attributes,
             secrets,
             event.output if event.is_error else None,  # redacted, then cut
+            events=() if approval is None else [("approval", event.started_at, _approval_attributes(approval))],
         )
 
     def root(self, run: RunSpan, secrets: Sequence[str]) -> None:

@@ -11,8 +11,8 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import PurePosixPath
-from typing import ContextManager
 
 from ..terminal import shown
 from .host import Approval
@@ -52,7 +52,7 @@ class Person:
 
     by = "person"
 
-    def __init__(self, pause: Callable[[], ContextManager[Write]], timeout: float) -> None:
+    def __init__(self, pause: Callable[[], AbstractContextManager[Write]], timeout: float) -> None:
         self._pause = pause
         self._timeout = timeout
         self._always: list[Rule] = []

@@ -299,3 +299,24 @@ def test_each_run_of_a_process_is_traced_with_its_own_secrets_redacted(
         assert tool["attributes"]["opencode_gateway.tool.output"].split() == ["[REDACTED]"] * 3  # key, passed, token
         assert key not in json.dumps(spans) and GITHUB not in json.dumps(spans)
         assert "Shown [REDACTED]." in [c["attributes"].get("opencode_gateway.answer") for c in _named(spans, "chat ")]
+
+
+def test_the_hosts_answer_to_a_tool_call_is_an_event_of_its_span(
+    upstream: ScriptedUpstream, opencode_bin: str, workdir: Path, tmp_path: Path, phoenix: Phoenix
+) -> None:
+    policy = tmp_path / "approve.yaml"
+    policy.write_text('rules:\n  bash: {"echo *": allow, "rm *": deny}\n')
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf x", "description": "x"})], usage=usage(100, 5)),
+        Reply(text="denied", usage=usage(200, 5)),
+    )
+    config = _config(tmp_path, phoenix.traces_endpoint)
+    result = _run(upstream, opencode_bin, workdir, tmp_path, config, "remove it", "--approve", str(policy))
+    assert result.returncode == 0, result.stderr
+    run_id = json.loads(result.stdout)["run_id"]
+    [tool] = _named(phoenix.trace_of("opencode_gateway.run_id", run_id, spans=4), "execute_tool ")
+    [event] = [e for e in tool["events"] if e["name"] == "approval"]
+    assert event["attributes"]["opencode_gateway.approval.decision"] == "deny"
+    assert event["attributes"]["opencode_gateway.approval.by"] == "policy"
+    assert event["attributes"]["opencode_gateway.approval.reason"] == "the rule bash 'rm *' says deny"
+    assert tool["attributes"]["opencode_gateway.tool.status"] == "error"
