@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text as RichText
 
 from .events import (
+    ApprovalAsked,
     Error,
     Event,
     ReasoningDelta,
@@ -113,6 +114,8 @@ class RunView:
             self._print(RichText(f"→ {event.tool}", style="cyan"))
         elif isinstance(event, ToolResult):
             self._tool_ended(event)
+        elif isinstance(event, ApprovalAsked):  # its answer shows as the tool's ✓ or ✗ line
+            self.activity = f"asking about {event.tool}"
         elif isinstance(event, StepStart):  # may come after the step's first streamed words: no flush
             self.activity = "waiting for the model"
         elif isinstance(event, RequestFinished):

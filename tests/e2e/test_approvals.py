@@ -4,6 +4,7 @@ ran (its effect is absent), the model was told why, and the run went on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from opencode_gateway import run
+from opencode_gateway import arun, run
 from opencode_gateway.approvals.host import Approval
 from opencode_gateway.approvals.policy import ApprovalRequest
 from opencode_gateway.events import ApprovalAnswered, ApprovalAsked
@@ -200,3 +201,36 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
     )
     total = json.loads(report.stdout)["total"]
     assert (total["asked"], total["allowed"], total["denied"]) == (4, 3, 1)
+
+
+def test_arun_takes_an_async_callback_and_the_mode_denies_before_it_is_asked(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    """In read-only, OpenCode is not offered bash: the callback is never asked about it."""
+    asked: list[str] = []
+
+    async def approve(request: ApprovalRequest) -> str:
+        await asyncio.sleep(0)
+        asked.append(request.tool)
+        return "allow"
+
+    upstream.script(
+        Reply(tool_calls=[ToolCall("read", {"filePath": str(workdir / "a.txt")})], usage=usage(100, 5)),
+        _bash("touch made.txt"),
+        Reply(text="done", usage=usage(200, 5)),
+    )
+    (workdir / "a.txt").write_text("a")
+    result = asyncio.run(
+        arun(
+            "Read, then write",
+            model="openai/gpt-4o-mini",
+            api_base=upstream.url,
+            api_key="sk-x",
+            workdir=workdir,
+            settings=settings,
+            permissions="read-only",
+            approve=approve,
+        )
+    )
+    assert result.ok, result.error
+    assert asked == ["read"] and not (workdir / "made.txt").exists()

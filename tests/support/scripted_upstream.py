@@ -493,9 +493,14 @@ async def _gemini_stream(model: str, reply: Reply) -> AsyncIterator[bytes]:
 
 def bench_reply(body: Mapping[str, Any]) -> Reply:
     """For benchmarks: a user message `chunks=N` asks for an answer of N content chunks;
-    `cost=reported` adds the usage.cost a LiteLLM proxy puts in the last chunk."""
+    `cost=reported` adds the usage.cost a LiteLLM proxy puts in the last chunk; `tools=N` makes
+    the first turn ask for N bash calls (`echo N`), answered by the next one."""
     messages = body.get("messages") or [{}]
     content = json.dumps(messages[-1].get("content", ""))
+    tools = re.search(r"tools=(\d+)", content)
+    if tools and messages[-1].get("role") == "user":
+        calls = [ToolCall("bash", {"command": f"echo {n}", "description": "echo"}) for n in range(int(tools.group(1)))]
+        return Reply(tool_calls=calls, usage=usage(100, 10))
     asked = re.search(r"chunks=(\d+)", content)
     chunks = int(asked.group(1)) if asked else 10
     cost = 1e-07 * (100 + chunks) if "cost=reported" in content else None
