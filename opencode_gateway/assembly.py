@@ -250,6 +250,45 @@ def mode_denial(settings: RunSettings) -> Callable[[str], str | None]:
     return denied
 
 
+def _approval_row(request: ApprovalRequest, decided: Decided) -> ApprovalRecord:
+    approval = decided.approval
+    return ApprovalRecord(
+        uuid.uuid4().hex,
+        request.session_id,
+        request.call_id,
+        request.tool,
+        request.subject,
+        approval.decision,
+        decided.by,
+        approval.reason,
+        time.time() - decided.waited_s,
+        decided.waited_s,
+    )
+
+
+def _answered(request: ApprovalRequest, decided: Decided) -> ApprovalAnswered:
+    approval = decided.approval
+    return ApprovalAnswered(
+        request.session_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        decision=approval.decision,
+        by=decided.by,
+        reason=approval.reason,
+        waited_s=decided.waited_s,
+    )
+
+
+def _asked(request: ApprovalRequest) -> ApprovalAsked:
+    return ApprovalAsked(
+        request.session_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        arguments=dict(request.arguments),
+        subject=request.subject,
+    )
+
+
 def run_approvals(
     plan: Plan,
     token: str,
@@ -264,48 +303,11 @@ def run_approvals(
         return None
     from .approvals.host import Approvals  # starlette: only for a run that asks
 
-    settings = plan.settings
-
     def answered(request: ApprovalRequest, decided: Decided) -> None:
-        approval = decided.approval
-        record = ApprovalRecord(
-            uuid.uuid4().hex,
-            request.session_id,
-            request.call_id,
-            request.tool,
-            request.subject,
-            approval.decision,
-            decided.by,
-            approval.reason,
-            time.time() - decided.waited_s,
-            decided.waited_s,
-        )
-        account.approval(redacted(record, secrets))
-        trace.event(
-            seen(
-                ApprovalAnswered(
-                    request.session_id,
-                    call_id=request.call_id,
-                    tool=request.tool,
-                    decision=approval.decision,
-                    by=decided.by,
-                    reason=approval.reason,
-                    waited_s=decided.waited_s,
-                )
-            )
-        )
+        account.approval(redacted(_approval_row(request, decided), secrets))
+        trace.event(seen(_answered(request, decided)))
 
-    def asked(request: ApprovalRequest) -> None:
-        seen(
-            ApprovalAsked(
-                request.session_id,
-                call_id=request.call_id,
-                tool=request.tool,
-                arguments=dict(request.arguments),
-                subject=request.subject,
-            )
-        )
-
+    settings = plan.settings
     return Approvals(
         settings.approvals or Policy(),
         token=token,
@@ -313,7 +315,7 @@ def run_approvals(
         workdir=str(plan.workdir),
         timeout=settings.approval_timeout,
         approve=plan.approve,
-        on_asked=asked,
+        on_asked=lambda request: seen(_asked(request)),
         on_answered=answered,
         secrets=secrets,
     )

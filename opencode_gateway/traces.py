@@ -154,6 +154,10 @@ class RunTrace:
             tracing.root(root, self.secrets)
 
 
+def _redacted_attributes(attributes: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+    return {k: redact(v, secrets) if isinstance(v, str) else v for k, v in attributes.items()}
+
+
 def _approval_attributes(answer: ApprovalAnswered) -> dict[str, Any]:
     return {
         "opencode_gateway.approval.decision": answer.decision,
@@ -225,8 +229,7 @@ class Tracing:
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
         for event_name, at, event_attributes in events:
-            shown = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in event_attributes.items()}
-            span.add_event(event_name, shown, _ns(at))
+            span.add_event(event_name, _redacted_attributes(event_attributes, secrets), _ns(at))
         if error is not None:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, secrets)[:_LINE_MAX]))
         span.end(end_time=_ns(max(end, start)))
@@ -273,9 +276,7 @@ class Tracing:
         tool_input: Mapping[str, Any] | None = None,
         approval: ApprovalAnswered | None = None,
     ) -> None:
-        """An OpenCode tool call's span (`execute_tool <tool>`), child of its run's root: the tool,
-        its title and how it ended; its input and output only with `otel.content`; the host's
-        answer to it, when it was asked, as the span's event `approval`."""
+        """A tool call's span under its run's root: its title, end, the host's answer (`approval`)."""
         if event.started_at is None or event.ended_at is None:
             return
         attributes: dict[str, Any] = {

@@ -79,7 +79,7 @@ class Approvals:
         workdir: str,
         timeout: float,
         approve: Approve | None = None,
-        on_asked: Callable[[ApprovalRequest], None] = lambda request: None,
+        on_asked: Callable[[ApprovalRequest], object] = lambda request: None,
         on_answered: Callable[[ApprovalRequest, Decided], None] = lambda request, decided: None,
         secrets: Sequence[str] = (),
         hello_wait: float = 10.0,
