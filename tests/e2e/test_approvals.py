@@ -40,6 +40,18 @@ def _tool_messages(upstream: ScriptedUpstream) -> list[str]:
     return [m["content"] for m in upstream.requests[-1]["body"]["messages"] if m.get("role") == "tool"]
 
 
+def _asks_reported(ledger: Path) -> tuple[int, int, int]:
+    """What `report` counts of the ledger's asks: asked, allowed, denied."""
+    report = subprocess.run(
+        [*CLI, "report", "--by", "run", "--ledger", str(ledger), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    total = json.loads(report.stdout)["total"]
+    return total["asked"], total["allowed"], total["denied"]
+
+
 def _run(upstream: ScriptedUpstream, workdir: Path, settings: Settings, **options: Any) -> Any:
     return run(
         "Do it",
@@ -135,14 +147,7 @@ def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
     answered = sorted((e["decision"], e["reason"]) for e in events if e["type"] == "approval_answered")
     assert answered == [("allow", "the rule bash 'echo *' says allow"), ("deny", "the policy's default says deny")]
     assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"echo yes > yes.txt", "touch no.txt"}
-    report = subprocess.run(
-        [*CLI, "report", "--by", "run", "--ledger", str(tmp_path / "ledger.db"), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    total = json.loads(report.stdout)["total"]
-    assert (total["asked"], total["allowed"], total["denied"]) == (2, 1, 1), report.stderr
+    assert _asks_reported(tmp_path / "ledger.db") == (2, 1, 1)
 
 
 def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path) -> None:
@@ -193,14 +198,7 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
     assert "run bash: git status" not in screen  # never asked: "always" allowed git *
     assert (workdir / "once.txt").exists() and (workdir / "status.txt").exists()
     assert not (workdir / "denied.txt").exists()
-    report = subprocess.run(
-        [*CLI, "report", "--by", "run", "--ledger", str(tmp_path / "ledger.db"), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    total = json.loads(report.stdout)["total"]
-    assert (total["asked"], total["allowed"], total["denied"]) == (4, 3, 1)
+    assert _asks_reported(tmp_path / "ledger.db") == (4, 3, 1)
 
 
 def test_arun_takes_an_async_callback_and_the_mode_denies_before_it_is_asked(
