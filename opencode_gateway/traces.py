@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .accounting.records import RequestRecord, RunUsage
-from .credentials import redact
+from .credentials import redact, redacted
 from .errors import SettingsError
 from .events import ApprovalAnswered
 from .opencode.lines import ToolCall, ToolResult
@@ -154,10 +154,6 @@ class RunTrace:
             tracing.root(root, self.secrets)
 
 
-def _redacted_attributes(attributes: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
-    return {k: redact(v, secrets) if isinstance(v, str) else v for k, v in attributes.items()}
-
-
 def _approval_attributes(answer: ApprovalAnswered) -> dict[str, Any]:
     return {
         "opencode_gateway.approval.decision": answer.decision,
@@ -229,7 +225,7 @@ class Tracing:
             attributes={k: v for k, v in attributes.items() if v is not None},
         )
         for event_name, at, event_attributes in events:
-            span.add_event(event_name, _redacted_attributes(event_attributes, secrets), _ns(at))
+            span.add_event(event_name, redacted(dict(event_attributes), secrets), _ns(at))
         if error is not None:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, redact(error, secrets)[:_LINE_MAX]))
         span.end(end_time=_ns(max(end, start)))
