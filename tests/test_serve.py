@@ -16,11 +16,12 @@ import pytest
 import respx
 
 from opencode_gateway.accounting.budget import Budget
-from opencode_gateway.accounting.ledger import Ledger, LedgerLocation, connect
+from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.errors import SettingsError
 from opencode_gateway.launch import Launch, ServerState, server_token
 from opencode_gateway.serve import server_app
 from opencode_gateway.settings import Settings
+from tests.support.ledger import select
 from tests.support.serving import serve_client
 
 pytestmark = pytest.mark.anyio
@@ -59,11 +60,7 @@ def settings(tmp_path: Path, ledger_at: LedgerLocation) -> Settings:
 
 
 def ledger_rows(settings: Settings, sql: str) -> list[tuple]:
-    database = connect(settings.ledger_location, create=False)
-    try:
-        return [tuple(row) for row in database.execute(sql).fetchall()]
-    finally:
-        database.close()
+    return [tuple(row) for row in select(settings.ledger_location, sql)]
 
 
 @pytest.fixture

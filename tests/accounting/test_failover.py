@@ -15,9 +15,10 @@ import pytest
 
 from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation, connect
 from opencode_gateway.accounting.ledger.spool import pending
-from opencode_gateway.accounting.records import RunUsage
+from opencode_gateway.accounting.records import ApprovalRecord, RunUsage
 from tests.accounting.test_ledger import record, start
 from tests.support.cli import Result, cli
+from tests.support.ledger import select
 from tests.support.postgres import Postgres
 
 
@@ -35,11 +36,7 @@ def team(server: Postgres, tmp_path: Path) -> LedgerLocation:
 
 
 def requests_in(location: LedgerLocation) -> list[str]:
-    database = connect(location, create=False)
-    try:
-        return sorted(row[0] for row in database.execute("SELECT request_id FROM requests").fetchall())
-    finally:
-        database.close()
+    return sorted(row[0] for row in select(location, "SELECT request_id FROM requests"))
 
 
 def ledger_cli(team: LedgerLocation, *args: str) -> Result:
@@ -65,6 +62,8 @@ def test_a_database_restarted_mid_run_loses_nothing_and_sync_ships_the_spool_onc
     ledger.flush()
     server.stop()  # every connection cut
     ledger.record_request("run_1", record("b"))
+    ask = ApprovalRecord("ask_1", "ses_1", "call_1", "bash", "rm -rf build", "deny", "policy", "no", 1_790_000_050.0, 0)
+    ledger.record_approval("run_1", ask)
     end(ledger, "run_1")
     ledger.close()  # its last try at the database fails: the spool stays
     assert ledger.failure is None  # nothing was lost: it was spooled
@@ -83,9 +82,10 @@ def test_a_database_restarted_mid_run_loses_nothing_and_sync_ships_the_spool_onc
     assert requests_in(team) == ["a", "b"] and pending(team.spool) == (0, 0)
     again = ledger_cli(team, "ledger", "sync", "--json")
     assert again.returncode == 0 and '"requests": 0' in again.stdout  # shipping twice adds nothing
-    database = connect(team, create=False)
-    run = database.execute("SELECT stop_reason, requests, cost FROM runs").fetchone()
+    [run] = select(team, "SELECT stop_reason, requests, cost FROM runs")
     assert tuple(run) == ("done", 2, 0.002)  # its end, written while the database was away, arrived
+    asks = select(team, "SELECT approval_id, run_id, decision, answered_by FROM approvals")
+    assert [tuple(a) for a in asks] == [("ask_1", "run_1", "deny", "policy")]  # and so did its ask, once
 
 
 def test_a_database_away_from_the_start_spools_the_whole_run_and_the_next_command_ships_it(

@@ -22,6 +22,7 @@ from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
 from tests.support import builders
+from tests.support.ledger import closed, select
 
 
 def record(
@@ -80,11 +81,10 @@ def test_runs_and_requests_are_written(ledger_at: LedgerLocation) -> None:
         unpriced=1,
     )
     ledger.close()
-    db = connect(ledger_at, create=False)
-    run = dict(db.execute("SELECT * FROM runs").fetchone())
+    [run] = [dict(r) for r in select(ledger_at, "SELECT * FROM runs")]
     assert run["metadata"] == '{"ticket": "ENG-412"}' and run["stop_reason"] == "done"
     assert (run["requests"], run["input_tokens"], run["cost"], run["unpriced_requests"]) == (2, 1000, 0.001, 1)
-    rows = [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY request_id")]
+    rows = [dict(r) for r in select(ledger_at, "SELECT * FROM requests ORDER BY request_id")]
     assert rows[0]["cache_read_tokens"] == 600 and rows[0]["reasoning_tokens"] == 10 and rows[0]["attempts"] == 2
     assert rows[0]["response_id"] == "chatcmpl-a" and rows[0]["session_id"] == "ses_1"
     assert rows[1]["usage_missing"] == 1 and rows[1]["cost"] is None and rows[1]["cost_source"] == "unpriced"
@@ -95,9 +95,8 @@ def test_each_request_is_committed_before_the_run_ends(ledger_at: LedgerLocation
     start(ledger, "run_1")
     ledger.record_request("run_1", record("a"))
     ledger.flush()
-    other = connect(ledger_at, create=False)  # another process's view
-    assert other.execute("SELECT count(*) FROM requests").fetchone()[0] == 1
-    assert other.execute("SELECT ended_at FROM runs").fetchone()[0] is None
+    assert select(ledger_at, "SELECT count(*) FROM requests")[0][0] == 1  # another process's view
+    assert select(ledger_at, "SELECT ended_at FROM runs")[0][0] is None
     ledger.close()
 
 
@@ -153,9 +152,8 @@ def test_a_request_written_twice_counts_once(ledger_at: LedgerLocation) -> None:
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("a"))  # a retried or re-shipped write
     ledger.flush()
-    assert ledger.failure is None
-    assert connect(ledger_at).execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 1
-    ledger.close()
+    assert select(ledger_at, "SELECT COUNT(*) FROM requests")[0][0] == 1
+    assert closed(ledger) == "ok"
 
 
 def test_a_new_ledger_and_its_folder_are_private(tmp_path: Path) -> None:
@@ -216,6 +214,7 @@ def test_a_fresh_ledger_opened_by_many_processes_at_once_never_fails(
             assert pool.starmap(_open_at, [(where, moment)] * 8) == ["ok"] * 8
             database = connect(LedgerLocation.of(where, tmp_path), create=False)
             assert schema_version(database) == SCHEMA_VERSION
+            database.close()
 
 
 _STARTS_A_RUN_AND_WAITS = """
@@ -249,8 +248,8 @@ def test_the_run_of_a_killed_process_is_abandoned_with_its_recorded_totals(
     finally:
         process.kill()
         process.wait()
-    connection = connect(ledger_at)
-    row = connection.execute("SELECT stop_reason, ended_at, requests, cost, error FROM runs").fetchone()
+    connect(ledger_at).close()  # opening the ledger marks the run whose process is gone
+    [row] = select(ledger_at, "SELECT stop_reason, ended_at, requests, cost, error FROM runs")
     assert row["stop_reason"] == "abandoned"
     assert row["ended_at"] == 1_790_000_000.5 and row["requests"] == 1 and row["cost"] == 0.25
     assert "ended without closing it" in row["error"]
@@ -290,9 +289,8 @@ def test_rows_that_queue_while_the_writer_is_busy_go_in_together_and_all_of_them
     assert not busy.done() and ledger._executor._work_queue.qsize() == 1  # one write job for all 500
     disk.set()
     ledger.flush()
-    rows = connect(ledger_at, create=False).execute("SELECT COUNT(*) FROM requests").fetchone()[0]
-    assert rows == 500
-    ledger.close()
+    assert select(ledger_at, "SELECT COUNT(*) FROM requests")[0][0] == 500
+    assert closed(ledger) == "ok"
 
 
 def test_a_bad_row_in_a_batch_loses_no_other_row(ledger_at: LedgerLocation) -> None:
@@ -306,10 +304,9 @@ def test_a_bad_row_in_a_batch_loses_no_other_row(ledger_at: LedgerLocation) -> N
         ledger.record_request("run_1", record(request_id))
     disk.set()
     ledger.flush()
-    ids = {r[0] for r in connect(ledger_at, create=False).execute("SELECT request_id FROM requests").fetchall()}
+    ids = {r[0] for r in select(ledger_at, "SELECT request_id FROM requests")}
     assert ids == {"dup", "a", "b"}  # the duplicate is kept once, and its batch lost nothing
-    assert ledger.failure is None
-    ledger.close()
+    assert closed(ledger) == "ok"
 
 
 def test_a_request_row_names_every_column_it_writes(tmp_path: Path) -> None:
@@ -329,8 +326,7 @@ def _claims_at(where: str, moment: float, worker: int) -> list[str]:
     claims = [Claim(f"w{worker}-{n}", ((cap, "ENG-7"),), Spent(1, 100, 0.0), time.time()) for n in range(5)]
     verdicts = [ledger.hold(claim) for claim in claims]
     answers = ["go" if v.result() is None else str(v.result()) for v in verdicts]
-    ledger.close()
-    return answers
+    return [*answers, closed(ledger)]
 
 
 def _writes(where: str, moment: float, worker: int) -> str:
@@ -342,8 +338,7 @@ def _writes(where: str, moment: float, worker: int) -> str:
         ledger.record_request(f"run_{worker}", record(f"w{worker}-{n:03}"))
     for n in range(20):  # a retry, or a spool shipped twice: the same ids again
         ledger.record_request(f"run_{worker}", record(f"w{(worker + 1) % 4}-{n:03}"))
-    ledger.close()
-    return str(ledger.failure)
+    return closed(ledger)
 
 
 @pytest.fixture
@@ -359,6 +354,7 @@ def test_calls_from_two_processes_at_once_pass_a_period_cap_no_more_often_than_i
     with context.Pool(2) as pool:
         moment = time.time() + 1.5
         answers = [a for some in pool.starmap(_claims_at, [(shared, moment, 0), (shared, moment, 1)]) for a in some]
+    assert answers.count("ok") == 2, answers  # each process's rows reached the ledger, none spooled
     assert answers.count("go") == 3 and answers.count("wait") == 7, answers  # the rest wait for the held ones
 
 
@@ -366,7 +362,6 @@ def test_four_processes_writing_at_once_lose_and_double_no_row(shared: str, ledg
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
         moment = time.time() + 1.5
-        assert pool.starmap(_writes, [(shared, moment, worker) for worker in range(4)]) == ["None"] * 4
-    database = connect(ledger_at, create=False)
-    ids = [row[0] for row in database.execute("SELECT request_id FROM requests").fetchall()]
+        assert pool.starmap(_writes, [(shared, moment, worker) for worker in range(4)]) == ["ok"] * 4
+    ids = [row[0] for row in select(ledger_at, "SELECT request_id FROM requests")]
     assert len(ids) == 400 and set(ids) == {f"w{w}-{n:03}" for w in range(4) for n in range(100)}

@@ -12,20 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation, connect
-from opencode_gateway.accounting.ledger.schema import REQUEST_COLUMNS, RUN_COLUMNS
-from opencode_gateway.accounting.records import RunUsage
+from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation
+from opencode_gateway.accounting.ledger.schema import APPROVAL_COLUMNS, REQUEST_COLUMNS, RUN_COLUMNS
+from opencode_gateway.accounting.records import ApprovalRecord, RunUsage
 from tests.accounting.test_ledger import record, start
 from tests.support.cli import cli
+from tests.support.ledger import select
 from tests.support.postgres import PASSWORD, Postgres
 
 ROOT = Path(__file__).parents[2]
 
 
 def old_ledger(path: Path) -> Path:
-    """A laptop's SQLite ledger: an ended run with two requests and an open one with one."""
+    """A laptop's SQLite ledger: an ended run with two requests and two asks, and an open one with one
+    request."""
     ledger = Ledger(path)
     start(ledger, "run_done", {"ticket": "ENG-1"})
+    for n, (decision, by) in enumerate([("allow", "policy"), ("deny", "person")]):
+        ask = ApprovalRecord(
+            f"ask_{n}", "ses_1", f"call_{n}", "bash", "make", decision, by, "why", 1_790_000_050.0, 0.5
+        )
+        ledger.record_approval("run_done", ask)
     ledger.record_request("run_done", record("a", cost=0.125))
     ledger.record_request("run_done", record("b", usage=None, cost=None, source="unpriced"))
     ledger.update_run(
@@ -38,14 +45,13 @@ def old_ledger(path: Path) -> Path:
     return path
 
 
-def everything(location: LedgerLocation) -> tuple[list[tuple], list[tuple]]:
-    database = connect(location, create=False)
-    try:
-        runs = database.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY run_id").fetchall()
-        requests = database.execute(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests ORDER BY request_id")
-        return [tuple(r) for r in runs], [tuple(r) for r in requests.fetchall()]
-    finally:
-        database.close()
+def everything(location: LedgerLocation) -> tuple[list[tuple], ...]:
+    """Every column of every run, request and approval, in key order."""
+    tables = [("runs", RUN_COLUMNS), ("requests", REQUEST_COLUMNS), ("approvals", APPROVAL_COLUMNS)]
+    return tuple(
+        [tuple(r) for r in select(location, f"SELECT {', '.join(cols)} FROM {table} ORDER BY {cols[0]}")]
+        for table, cols in tables
+    )
 
 
 def test_importing_a_ledger_brings_every_column_and_importing_it_again_adds_nothing(
@@ -57,6 +63,7 @@ def test_importing_a_ledger_brings_every_column_and_importing_it_again_adds_noth
     assert first.returncode == 0, first.stderr
     assert "2 of 2 runs and 3 of 3 requests were new" in first.stdout
     assert everything(ledger_at) == everything(LedgerLocation(path=source))  # every column, as it was
+    assert len(everything(ledger_at)[2]) == 2  # the asks came too
     again = cli("ledger", "import", str(source), "--ledger", where, "--json")
     assert again.returncode == 0 and '"new_runs": 0, "new_requests": 0' in again.stdout
     assert everything(ledger_at) == everything(LedgerLocation(path=source))

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,47 @@ def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
     assert answered == [("allow", "the rule bash 'echo *' says allow"), ("deny", "the policy's default says deny")]
     assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"echo yes > yes.txt", "touch no.txt"}
     assert _asks_reported(tmp_path / "ledger.db") == (2, 1, 1)
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_a_batch_with_a_policy_file_asks_in_every_task_and_its_ledger_holds_every_ask(
+    executor: str, upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No terminal is asked in a batch: what the policy does not allow is denied, in each task, and on
+    Ray each worker's asks reach the driver's one ledger."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        task = re.search(r"task (t\d)", json.dumps(body["messages"])).group(1)  # type: ignore[union-attr]
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            return _bash(f"echo {task} > made.txt", "touch denied.txt")
+        return Reply(text=f"{task} done", usage=usage(200, 5))
+
+    monkeypatch.setattr(upstream, "fallback", answer)
+    policy = tmp_path / "approve.yaml"
+    policy.write_text('rules:\n  bash: {"echo *": allow, "touch *": ask}\ndefault: deny\n')
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": t, "prompt": f"Do task {t}"}) + "\n" for t in ("t1", "t2", "t3")))
+    root, ledger = tmp_path / "work", tmp_path / "ledger.db"
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
+    env.pop("RAY_ADDRESS", None)
+    batch = subprocess.run(
+        [*CLI, "batch", str(tasks), "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
+        + ["--executor", executor, "--concurrency", "2", "--workdir-root", str(root), "--opencode-bin", opencode_bin]
+        + ["--ledger", str(ledger), "--approve", str(policy)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert batch.returncode == 0, batch.stderr
+    for task in ("t1", "t2", "t3"):
+        assert (root / task / "made.txt").read_text() == f"{task}\n"
+        assert not (root / task / "denied.txt").exists(), f"{task}'s denied touch ran"
+    assert _asks_reported(ledger) == (6, 3, 3)
+    reasons = {
+        row[0] for row in sqlite3.connect(ledger).execute("SELECT reason FROM approvals WHERE decision = 'deny'")
+    }
+    assert reasons == {"no one to ask: a headless run denies what its policy asks about"}, reasons
 
 
 def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path) -> None:

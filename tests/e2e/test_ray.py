@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from opencode_gateway.accounting.ledger import LedgerLocation, connect
+from opencode_gateway.accounting.ledger import LedgerLocation
+from tests.support.ledger import select
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -225,9 +226,7 @@ def test_a_period_cap_holds_on_ray_the_drivers_ledger_answers_what_a_ticket_spen
     ]
     assert "day budget of ticket=ENG-7 exceeded since" in results["t2"]["error"]["message"]
     assert not [r for r in upstream.requests if "task t2" in json.dumps(r["body"])]  # refused at the endpoint
-    database = connect(ledger_at, create=False)
-    rows = database.execute("SELECT metadata, stop_reason FROM runs").fetchall()
-    database.close()
+    rows = select(ledger_at, "SELECT metadata, stop_reason FROM runs")
     assert sorted((json.loads(r[0])["task_id"], r[1]) for r in rows) == [
         ("t1", "done"),
         ("t2", "budget_exceeded"),

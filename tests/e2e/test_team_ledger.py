@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.accounting.ledger import LedgerLocation, connect
+from opencode_gateway.accounting.ledger import LedgerLocation
 from opencode_gateway.settings import Settings
 from tests.support.inspection import opencode_as_seen
+from tests.support.ledger import select
 from tests.support.postgres import PASSWORD, Postgres
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
@@ -51,8 +52,7 @@ def test_a_run_on_a_team_ledger_records_there_and_never_shows_the_password(
     for name, content in seen["files"].items():
         assert PASSWORD.encode() not in content, name
     assert PASSWORD not in json.dumps(result.to_dict(), default=str)
-    database = connect(LedgerLocation.of(url, tmp_path), create=False)
-    row = database.execute("SELECT run_id, stop_reason, cost, metadata FROM runs").fetchone()
+    [row] = select(LedgerLocation.of(url, tmp_path), "SELECT run_id, stop_reason, cost, metadata FROM runs")
     assert (row[0], row[1], json.loads(row[3])) == (result.run_id, "done", {"ticket": "ENG-412"})
     assert result.cost and row[2] == pytest.approx(result.cost, abs=1e-12)
 
