@@ -333,8 +333,8 @@ def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:
     return tracing
 
 
-def run_root(result: RunResult, settings: RunSettings, ended_at: float) -> RunSpan:
-    """A run's root span: its model, attribution, outcome and totals."""
+def run_root(result: RunResult, settings: RunSettings, workdir: Path, ended_at: float) -> RunSpan:
+    """A run's root span: its model, attribution, workdir, outcome and totals."""
     metadata = settings.metadata
     attributes = root_attributes(result.model, result.mode, result.usage, result.cost, metadata, settings.tags)
     attributes.update(
@@ -342,6 +342,7 @@ def run_root(result: RunResult, settings: RunSettings, ended_at: float) -> RunSp
             "opencode_gateway.outcome": result.stop_reason,
             "gen_ai.conversation.id": result.session_id,
             "opencode_gateway.sandbox": result.sandbox,
+            "opencode_gateway.workdir": str(workdir),
             "opencode_gateway.cache_saved": result.cache_saved,
         }
     )

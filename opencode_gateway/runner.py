@@ -324,7 +324,7 @@ class _Run:
     def _result(self, happened: Happened) -> RunResult:
         """The result, the ledger row closed with it; an invalid output is raised."""
         result = conclude(redacted(happened, self.secrets), self.plan.output)
-        self.trace.end(run_root(result, self.settings, time.time()))
+        self.trace.end(run_root(result, self.settings, self.plan.workdir, time.time()))
         error = result.error
         self.account.row.finish(result.session_id, result.stop_reason, None if error is None else str(error))
         ledger = self.account.ledger

@@ -112,6 +112,7 @@ def test_a_run_is_a_trace_of_its_requests_and_tools_with_the_ledgers_cost(
     assert abs(root["attributes"]["gen_ai.usage.cost"] - run_cost) < 1e-12
     assert root["attributes"]["opencode_gateway.metadata.ticket"] == "ENG-412"
     assert root["attributes"]["opencode_gateway.outcome"] == "done"
+    assert root["attributes"]["opencode_gateway.workdir"] == str(workdir)
     [tool] = tools
     assert (
         tool["attributes"]["gen_ai.tool.name"] == "bash"
