@@ -117,6 +117,8 @@ def postgres_error(shown: str, exc: Exception) -> LedgerError:
     import psycopg
 
     text = " ".join(str(exc).split())
+    if isinstance(exc, psycopg.errors.TransactionRollback):  # a deadlock or a serialization failure:
+        return LedgerError(f"ledger {shown}: {text}")  # the database is there; the write is retried
     if isinstance(exc, psycopg.OperationalError) and not any(word in text for word in _REFUSALS):
         return LedgerUnavailable(f"ledger {shown} cannot be reached: {text}")
     if isinstance(exc, psycopg.OperationalError):

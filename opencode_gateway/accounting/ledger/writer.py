@@ -269,7 +269,9 @@ class Ledger:
 
 def _insert_requests(db: Database, rows: list[tuple[Any, ...]]) -> None:
     """Request rows in one transaction, each replacing its call's hold; should the batch fail, row
-    by row, so one bad row loses no other."""
+    by row, so one bad row loses no other. In key order: processes writing the same rows at once
+    (a retry, a spool shipped twice) then lock them in one order, and never deadlock."""
+    rows = sorted(rows, key=lambda row: str(row[0]))
     try:
         with db.transaction():
             db.executemany(_INSERT_REQUEST, rows)
