@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .config.file import load_settings
+from .config.settings import Settings
 from .errors import (
     BudgetExceeded,
     CapabilityUnsupported,
@@ -29,13 +31,11 @@ from .errors import (
     TurnLimitReached,
     UpstreamError,
 )
-from .files import FileChange
-from .settings import Settings
-from .settings_file import load_settings
+from .runs.files import FileChange
 
 if TYPE_CHECKING:
     from .api import arun, astream, run, stream
-    from .result import OutputInvalid, RunResult
+    from .runs.result import OutputInvalid, RunResult
 
 __all__ = [
     "BudgetExceeded",
@@ -68,7 +68,7 @@ def __getattr__(name: str) -> Any:
     # The run machinery pulls in starlette, uvicorn and httpx: load it on first use, so that
     # `import opencode_gateway` and the CLI's --help stay fast.
     if name in ("OutputInvalid", "RunResult"):
-        from . import result
+        from .runs import result
 
         return getattr(result, name)
     if name in ("arun", "astream", "run", "stream"):

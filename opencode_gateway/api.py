@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator, Iterator
 from typing_extensions import Unpack
 
 from . import _litellm
+from .config.options import RunOptions, shows_options
 from .events import Done
 from .opencode.lines import Event
-from .options import RunOptions, shows_options
-from .plan import prepare
-from .result import RunResult
+from .runs.plan import prepare
+from .runs.result import RunResult
+from .runs.runner import execute
 
 __all__ = ["arun", "astream", "check", "run", "stream"]
 
@@ -35,7 +36,7 @@ def check(prompt: str, **options: Unpack[RunOptions]) -> None:
 async def arun(prompt: str, **options: Unpack[RunOptions]) -> RunResult:
     """Run OpenCode once on `model` through a local endpoint, account for every request, and
     return its RunResult."""
-    return await prepare(prompt, **options).execute()
+    return await execute(prepare(prompt, **options))
 
 
 @shows_options
@@ -45,7 +46,7 @@ async def astream(prompt: str, **options: Unpack[RunOptions]) -> AsyncIterator[E
     Leaving the loop early stops the run (OpenCode is killed, the ledger row closed)."""
     plan = prepare(prompt, **options)
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    task = asyncio.ensure_future(plan.execute(queue.put_nowait, deltas=True))
+    task = asyncio.ensure_future(execute(plan, queue.put_nowait, deltas=True))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
         while (event := await queue.get()) is not None:

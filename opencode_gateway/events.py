@@ -24,7 +24,7 @@ from .opencode.lines import (
 )
 
 if TYPE_CHECKING:
-    from .result import RunResult
+    from .runs.result import RunResult
 
 __all__ = [
     "ApprovalAnswered",

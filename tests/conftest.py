@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import respx
 
+from opencode_gateway.config.settings import Settings, default_data_dir
 from opencode_gateway.opencode.binary import pinned_binary
-from opencode_gateway.settings import Settings, default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

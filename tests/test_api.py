@@ -18,7 +18,7 @@ from opencode_gateway import (
     run,
     stream,
 )
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 
 
 def test_run_arun_stream_and_astream_take_the_same_arguments() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from opencode_gateway.assembly import mode_denial
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
+from opencode_gateway.runs.assembly import mode_denial
 
 
 def _denial(

@@ -12,7 +12,7 @@ import pytest
 
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.records import RunUsage
-from opencode_gateway.batch import (
+from opencode_gateway.batch.local import (
     Batch,
     Outcome,
     Progress,
@@ -22,11 +22,11 @@ from opencode_gateway.batch import (
     run_batch,
     summary,
 )
+from opencode_gateway.config.file import load_settings
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.errors import SettingsError, UpstreamError
 from opencode_gateway.events import RequestFinished
-from opencode_gateway.result import RunResult
-from opencode_gateway.settings import Settings
-from opencode_gateway.settings_file import load_settings
+from opencode_gateway.runs.result import RunResult
 
 
 def tasks_file(tmp_path: Path, *lines: object) -> Path:

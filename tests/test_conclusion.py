@@ -9,7 +9,6 @@ import pytest
 from opencode_gateway.accounting.budget import Refusal
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.usage import Usage
-from opencode_gateway.conclusion import Happened, conclude
 from opencode_gateway.errors import (
     BudgetExceeded,
     OpenCodeError,
@@ -20,8 +19,9 @@ from opencode_gateway.errors import (
 )
 from opencode_gateway.opencode.lines import Error, StepStart, Text
 from opencode_gateway.opencode.process import ProcessExit
-from opencode_gateway.output import OutputSpec
-from opencode_gateway.result import OutputInvalid
+from opencode_gateway.runs.conclusion import Happened, conclude
+from opencode_gateway.runs.output import OutputSpec
+from opencode_gateway.runs.result import OutputInvalid
 from tests.support import builders
 
 EXITED = ProcessExit(0, "", timed_out=False)

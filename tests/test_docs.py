@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.cli import build_parser
+from opencode_gateway.cli.program import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

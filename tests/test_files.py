@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway import files
-from opencode_gateway.files import FileChange, Snapshot, Unlisted
+from opencode_gateway.runs import files
+from opencode_gateway.runs.files import FileChange, Snapshot, Unlisted
 
 
 def take(root: Path, max_file_bytes: int = 1024) -> Snapshot:

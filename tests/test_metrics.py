@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.ledger import Ledger
-from opencode_gateway.launch import Launch
-from opencode_gateway.metrics import MAX_VALUES, Metrics
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
+from opencode_gateway.observability.metrics import MAX_VALUES, Metrics
+from opencode_gateway.serve.launch import Launch
 from tests.support.builders import record
 from tests.support.serving import serve_client
 from tests.test_serve import ADMIN, GATEWAY, NO_CACHING, TOKEN, chat, mint, stream_body

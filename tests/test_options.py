@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.options import PER_RUN, TASK_OPTIONS, RunOptions, task_kinds
-from opencode_gateway.settings import UNSET, Settings, json_kinds
+from opencode_gateway.config.options import PER_RUN, TASK_OPTIONS, RunOptions, task_kinds
+from opencode_gateway.config.settings import UNSET, Settings, json_kinds
 
 
 @pytest.mark.parametrize(

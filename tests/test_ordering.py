@@ -12,7 +12,7 @@ from opencode_gateway.opencode.lines import (
     ToolCall,
     ToolResult,
 )
-from opencode_gateway.ordering import CausalOrder
+from opencode_gateway.runs.ordering import CausalOrder
 
 MAIN, CHILD = "ses_main", "ses_child"
 

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.output import OutputSpec, last_json_object
+from opencode_gateway.runs.output import OutputSpec, last_json_object
 
 SCHEMA = {
     "type": "object",

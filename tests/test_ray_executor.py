@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pickle
 
-from opencode_gateway.ray_executor import worker_settings
-from opencode_gateway.settings import Settings
+from opencode_gateway.batch.ray_cluster import worker_settings
+from opencode_gateway.config.settings import Settings
 
 PASSWORD = "team-ledger-secret"
 URL = f"postgresql://spend:{PASSWORD}@127.0.0.1:5432/spend"

@@ -10,10 +10,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from opencode_gateway.plan import prepare
-from opencode_gateway.result import RunResult
-from opencode_gateway.runner import Parts, execute
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
+from opencode_gateway.runs.plan import prepare
+from opencode_gateway.runs.result import RunResult
+from opencode_gateway.runs.runner import Parts, execute
 from tests.support.replay import replaying
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
@@ -77,8 +77,8 @@ def test_a_budget_refuses_the_call_over_it_and_stops_opencode(
 
 def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_to_the_runs() -> None:
     from opencode_gateway.accounting.run import RunAccount
-    from opencode_gateway.assembly import router, targets
     from opencode_gateway.endpoint.tagging import Tagging
+    from opencode_gateway.runs.assembly import router, targets
 
     settings = Settings(model="openai/gpt-4o-mini", small_model="openai/gpt-4.1-nano").validated()
     chosen = router("t", targets(settings, Tagging(), RunAccount()), settings)
@@ -93,8 +93,8 @@ def test_with_a_small_model_a_request_goes_to_the_model_it_names_and_any_other_t
 
 def test_a_purposes_route_takes_its_calls_whatever_model_they_name() -> None:
     from opencode_gateway.accounting.run import RunAccount
-    from opencode_gateway.assembly import router, targets
     from opencode_gateway.endpoint.tagging import Tagging
+    from opencode_gateway.runs.assembly import router, targets
 
     settings = Settings(
         model="openai/gpt-4o-mini",

@@ -17,10 +17,10 @@ import respx
 
 from opencode_gateway.accounting.budget import Budget
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.launch import Launch, ServerState, server_token
-from opencode_gateway.serve import server_app
-from opencode_gateway.settings import Settings
+from opencode_gateway.serve.launch import Launch, ServerState, server_token
+from opencode_gateway.serve.server import server_app
 from tests.support.ledger import select
 from tests.support.serving import serve_client
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.budget import period_caps
+from opencode_gateway.config.file import load_settings
+from opencode_gateway.config.settings import UNSET, Settings
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.settings import UNSET, Settings
-from opencode_gateway.settings_file import load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -229,8 +229,8 @@ def test_a_route_whose_window_is_large_enough_or_unknown_is_taken() -> None:
 
 
 def test_routes_come_from_the_file_and_the_flags(tmp_path: Path) -> None:
-    from opencode_gateway.arguments import settings_of
-    from opencode_gateway.cli import build_parser
+    from opencode_gateway.cli.arguments import settings_of
+    from opencode_gateway.cli.program import build_parser
 
     path = tmp_path / "config.yaml"
     path.write_text("routes:\n  compaction: openai/gpt-4.1\n  title: openai/gpt-4.1-nano\n")

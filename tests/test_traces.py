@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.errors import SettingsError
-from opencode_gateway.settings import Settings
-from opencode_gateway.traces import INSTALL, OtelConfig
+from opencode_gateway.observability.traces import INSTALL, OtelConfig
 
 
 def test_traces_are_asked_for_by_the_setting_or_the_standard_variables() -> None:

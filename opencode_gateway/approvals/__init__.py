@@ -1,7 +1,7 @@
 """Approvals: the host answers every tool call the agent wants to make.
 
 `policy` is the data (rules by tool and pattern; pure), `host` the run's side of it (the plugin
-OpenCode loads, its routes on the run's endpoint, and who answers). It may import `errors`,
-`credentials` and starlette; the runner wires it into a run. Nothing is imported here: the settings read `policy`
-without starlette.
-"""
+OpenCode loads, its routes on the run's endpoint, and who answers). The runner wires it into a
+run. Nothing is imported here: the settings read `policy` without starlette.
+
+May import: errors, credentials, terminal, endpoint/'s HTTP helpers."""

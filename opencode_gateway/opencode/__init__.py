@@ -1,1 +1,3 @@
-"""Everything about OpenCode itself: its config, its process and its events. Knows nothing of HTTP."""
+"""Everything about OpenCode itself: its config, its process and its events. Knows nothing of HTTP.
+
+May import: errors, terminal, `_yaml`, accounting/'s records."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import SettingsError
 from .gitguard import GitControl
+from .seccomp import filter_fd
 
 __all__ = [
     "EMPTY_DIRS",
@@ -99,8 +100,6 @@ def probe() -> str | None:
     for tool in ("bwrap", "socat"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    from .seccomp import filter_fd
-
     try:
         fd = filter_fd()
     except OSError as exc:

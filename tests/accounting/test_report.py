@@ -441,7 +441,7 @@ def test_the_terminal_table_shows_control_characters(hostile: LedgerLocation) ->
 
 @pytest.mark.parametrize("value", ["a\nb", "ok\x1b]0;T\x07", "tab\there", "c1\x9b2J", ["x", {"y": "\r"}]])
 def test_a_metadata_value_with_a_control_character_is_refused(value: object) -> None:
-    from opencode_gateway.attribution import check_attribution
+    from opencode_gateway.config.attribution import check_attribution
 
     with pytest.raises(SettingsError, match="holds a control character"):
         check_attribution((), {"team": value}, ("ticket",))

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from opencode_gateway.accounting.ledger import Ledger
-from opencode_gateway.dashboard.live import COOKIE, DashboardAccess
-from opencode_gateway.serve import server_app
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
+from opencode_gateway.serve.live import COOKIE, DashboardAccess
+from opencode_gateway.serve.server import server_app
 from tests.support.builders import spend_ledger
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ import pytest
 
 from opencode_gateway import run
 from opencode_gateway.accounting.pricing import Price
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage
 
 pytestmark = pytest.mark.e2e

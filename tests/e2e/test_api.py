@@ -14,6 +14,7 @@ import pydantic
 import pytest
 
 from opencode_gateway import OutputInvalid, astream, run, stream
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.events import (
     Done,
     Event,
@@ -26,7 +27,6 @@ from opencode_gateway.events import (
     ToolRequested,
     ToolResult,
 )
-from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream
 from tests.support.scripted_upstream import ToolCall as Call
 

@@ -20,9 +20,9 @@ import pytest
 from opencode_gateway import arun, run
 from opencode_gateway.approvals.host import Approval
 from opencode_gateway.approvals.policy import ApprovalRequest
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.events import ApprovalAnswered, ApprovalAsked
 from opencode_gateway.opencode.lines import ToolResult
-from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI
 from tests.support.tmux import Terminal

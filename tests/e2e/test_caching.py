@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.gateway_proxy import new_key
 from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.scripted_upstream import CachingClaude, Reply, ScriptedUpstream, ToolCall, anthropic_usage, usage

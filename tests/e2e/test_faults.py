@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.errors import BudgetExceeded, RunTimeout, UpstreamError
 from opencode_gateway.events import RequestFinished, UpstreamRetry
 from opencode_gateway.opencode.watchdog import TAG_VARIABLE
-from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e

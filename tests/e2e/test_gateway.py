@@ -18,6 +18,7 @@ import pytest
 
 from opencode_gateway import arun, run, stream
 from opencode_gateway.accounting.run import RunAccount
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
 from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.server import EndpointServer
@@ -25,7 +26,6 @@ from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
 from opencode_gateway.errors import BudgetExceeded
 from opencode_gateway.events import Done
-from opencode_gateway.settings import Settings
 from tests.support.gateway_proxy import new_key, spend_rows
 from tests.support.litellm_proxy import LiteLLMProxy
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage

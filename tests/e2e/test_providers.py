@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import _litellm, run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.lines import StepFinish
-from opencode_gateway.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, anthropic_usage, gemini_usage, usage
 
 pytestmark = pytest.mark.e2e

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway import _litellm, run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.errors import (
     OpenCodeNotFound,
     PreflightError,
@@ -27,7 +28,6 @@ from opencode_gateway.errors import (
 )
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
-from opencode_gateway.settings import Settings
 from tests.support.inspection import opencode_as_seen
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 

@@ -15,7 +15,7 @@ import pytest
 
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import LedgerLocation
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.inspection import opencode_as_seen
 from tests.support.ledger import select
 from tests.support.postgres import PASSWORD, Postgres

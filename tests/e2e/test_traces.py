@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.inspection import PRINT_RUN_TOKEN
 from tests.support.phoenix import Phoenix
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage

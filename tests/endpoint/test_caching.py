@@ -9,11 +9,11 @@ import json
 import pytest
 import respx
 
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.endpoint.caching import cache_style, prepared
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
-from opencode_gateway.settings import Settings
-from opencode_gateway.wiring import upstream_for
+from opencode_gateway.runs.wiring import upstream_for
 
 GATEWAY = "http://gateway.test"
 OPENCODE_BODY = {

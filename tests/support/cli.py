@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from unittest import mock
 
-from opencode_gateway import cli as cli_module
+from opencode_gateway.cli import program as cli_module
 
 __all__ = ["Result", "cli"]
 

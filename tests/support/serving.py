@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 
 from opencode_gateway.accounting.ledger import Ledger
-from opencode_gateway.serve import server_app
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
+from opencode_gateway.serve.server import server_app
 
 CLI = [sys.executable, "-m", "opencode_gateway"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def plain_user(opencode_bin: str) -> Iterator[tuple[str, Path, list[str]]]:
             f"PYTHONPATH={path}",
             python,
             "-c",
-            "import opencode_gateway.runner",
+            "import opencode_gateway.runs.runner",
         ],
         capture_output=True,
         text=True,

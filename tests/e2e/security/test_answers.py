@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.lines import Text
-from opencode_gateway.result import OutputInvalid
-from opencode_gateway.settings import Settings
+from opencode_gateway.runs.result import OutputInvalid
 from tests.e2e.security.agent import FIND_OPENCODE, PYTHON
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.e2e.security.agent import attack
 from tests.support.gateway_proxy import new_key
 from tests.support.litellm_proxy import LiteLLMProxy

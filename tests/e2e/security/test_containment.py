@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.e2e.security.agent import PYTHON
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.e2e.security.agent import attack, outcome
 from tests.support.gateway_proxy import new_key, spend_rows
 from tests.support.litellm_proxy import LiteLLMProxy

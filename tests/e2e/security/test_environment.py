@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run, stream
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.events import Done
-from opencode_gateway.settings import Settings
 from tests.e2e.security.agent import attack, outcome
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 

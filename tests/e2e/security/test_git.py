@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import launch
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.lines import ToolResult
-from opencode_gateway.settings import Settings
 from tests.support.inspection import PRINT_RUN_TOKEN
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI

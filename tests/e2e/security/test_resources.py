@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway import run
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.sandbox import EMPTY_DIRS
 from opencode_gateway.opencode.watchdog import TAG_VARIABLE
-from opencode_gateway.settings import Settings
 from tests.e2e.security.agent import FIND_OPENCODE, PYTHON
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 

@@ -10,7 +10,7 @@ import pytest
 
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e

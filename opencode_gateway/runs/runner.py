@@ -18,10 +18,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .accounting.budget import Refusal
-from .accounting.ledger import Ledger, RunLedger
-from .accounting.records import RequestRecord
-from .accounting.run import Totals
+from ..accounting.budget import Refusal
+from ..accounting.ledger import Ledger, RunLedger
+from ..accounting.records import RequestRecord
+from ..accounting.run import Totals
+from ..credentials import redacted
+from ..endpoint.server import EndpointServer
+from ..endpoint.tagging import Tagging
+from ..errors import PreflightError
+from ..events import RequestFinished, UpstreamRetry
+from ..observability.traces import RunTrace
+from ..opencode.gitguard import GitControl
+from ..opencode.lines import Event
+from ..opencode.process import OpenCodeProcess, ProcessExit, opencode_retries
+from ..opencode.sessions import keep_session
+from ..opencode.watchdog import Watchdog
+from ..opencode.workspace import Workspace
 from .assembly import (
     Parts,
     account_for,
@@ -37,26 +49,14 @@ from .assembly import (
     warm_up,
 )
 from .conclusion import Happened, conclude
-from .credentials import redacted
-from .endpoint.server import EndpointServer
-from .endpoint.tagging import Tagging
-from .errors import PreflightError
-from .events import RequestFinished, UpstreamRetry
 from .files import FileChange, changes, snapshot
-from .opencode.gitguard import GitControl
-from .opencode.lines import Event
-from .opencode.process import OpenCodeProcess, ProcessExit, opencode_retries
-from .opencode.sessions import keep_session
-from .opencode.watchdog import Watchdog
-from .opencode.workspace import Workspace
 from .ordering import CausalOrder
 from .plan import Plan
-from .provider import Preflight
+from .preflight import Preflight
 from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult
-from .traces import RunTrace
 
 if TYPE_CHECKING:
-    from .endpoint.routing import Target
+    from ..endpoint.routing import Target
 
 __all__ = ["Parts", "execute"]
 # How long a request waits for OpenCode's events it follows from (they are normally read within
@@ -72,7 +72,7 @@ async def execute(
     ledger: RunLedger | None = None,
     parts: Parts = Parts(),
 ) -> RunResult:
-    """Run `plan` (Plan.execute). The run's rows go to its settings' ledger, or to `ledger` (a batch
+    """Run `plan`. The run's rows go to its settings' ledger, or to `ledger` (a batch
     task on a Ray worker sends them to the driver's)."""
     own = None
     if ledger is None:

@@ -29,11 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting.records import RequestRecord, RunUsage
-from .credentials import redact, redacted
-from .errors import SettingsError
-from .events import ApprovalAnswered
-from .opencode.lines import ToolCall, ToolResult
+from ..accounting.records import RequestRecord, RunUsage
+from ..credentials import redact, redacted
+from ..errors import SettingsError
+from ..events import ApprovalAnswered
+from ..opencode.lines import ToolCall, ToolResult
 
 __all__ = ["INSTALL", "OtelConfig", "RunSpan", "RunTrace", "Tracing", "flush", "root_attributes", "tracing_for"]
 

@@ -14,12 +14,12 @@ import asyncio
 import difflib
 from collections.abc import Iterable, Mapping
 
-from . import _litellm
-from .accounting.budget import Refusal
-from .errors import BudgetExceeded, PreflightError
-from .litellm_gateway.protocol import ModelRoute, gateway_base
-from .opencode.process import OpenCodeProcess
-from .settings import RunSettings
+from .. import _litellm
+from ..accounting.budget import Refusal
+from ..config.settings import RunSettings
+from ..errors import BudgetExceeded, PreflightError
+from ..litellm_gateway.protocol import ModelRoute, gateway_base
+from ..opencode.process import OpenCodeProcess
 
 __all__ = ["Preflight", "check_providers"]
 
@@ -110,7 +110,7 @@ class Preflight:
 async def _checks(settings: RunSettings) -> None:
     group = settings.route.group
     if group is not None:
-        from .litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
+        from ..litellm_gateway.preflight import check_gateway  # httpx: imported while OpenCode starts
 
         await check_gateway(gateway_base(settings.gateway_api_base or ""), settings.gateway_api_key, group)
     models = [

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import SettingsError
+from ..errors import SettingsError
 
 __all__ = ["check_attribution"]
 

@@ -20,17 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ._litellm import owning_loop
-from .accounting.budget import Claim, Verdict, period_caps
-from .accounting.ledger import Ledger, LedgerLocation, this_process
-from .accounting.records import ApprovalRecord, RequestRecord, RunUsage
-from .batch import Batch, Outcome, Task, run_task
-from .credentials import refuse_inspection
-from .errors import GatewayError, SettingsError
-from .events import Event, RequestFinished
-from .litellm_gateway.protocol import ModelRoute
-from .settings import Settings
-from .traces import flush as flush_traces
+from .._litellm import owning_loop
+from ..accounting.budget import Claim, Verdict, period_caps
+from ..accounting.ledger import Ledger, LedgerLocation, this_process
+from ..accounting.records import ApprovalRecord, RequestRecord, RunUsage
+from ..config.settings import Settings
+from ..credentials import refuse_inspection
+from ..errors import GatewayError, SettingsError
+from ..events import Event, RequestFinished
+from ..litellm_gateway.protocol import ModelRoute
+from ..observability.traces import flush as flush_traces
+from .local import Batch, Outcome, Task, run_task
 
 __all__ = ["INSTALL", "RayExecutor", "load_ray", "worker_settings"]
 

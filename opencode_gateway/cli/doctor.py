@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import GatewayError, PreflightError
-from .settings import Settings
+from ..config.settings import Settings
+from ..errors import GatewayError, PreflightError
 
 __all__ = ["Check", "diagnose"]
 
@@ -33,7 +33,7 @@ class Check:
 
 
 def _opencode(settings: Settings) -> Check:
-    from .opencode.binary import find_opencode, opencode_version
+    from ..opencode.binary import find_opencode, opencode_version
 
     try:
         binary = find_opencode(settings.opencode_bin, settings.data_dir)
@@ -55,7 +55,7 @@ def _ripgrep(settings: Settings) -> Check:
 
 
 def _sandbox(settings: Settings) -> Check:
-    from .opencode.sandbox import INSTALL_HINT, probe
+    from ..opencode.sandbox import INSTALL_HINT, probe
 
     problem = probe()
     if settings.sandbox == "none":
@@ -74,7 +74,7 @@ def _sandbox(settings: Settings) -> Check:
 
 
 def _ledger(settings: Settings) -> Check:
-    from .accounting.ledger import connect
+    from ..accounting.ledger import connect
 
     location = settings.ledger_location
     if location.path is None:
@@ -99,8 +99,8 @@ def _ledger(settings: Settings) -> Check:
 def _gateway(settings: Settings) -> list[Check]:
     import asyncio
 
-    from .litellm_gateway.preflight import check_gateway
-    from .litellm_gateway.protocol import gateway_base
+    from ..litellm_gateway.preflight import check_gateway
+    from ..litellm_gateway.protocol import gateway_base
 
     base = settings.gateway_api_base
     if not base:

@@ -20,10 +20,10 @@ from starlette.routing import Route
 
 from ..accounting.ledger import LedgerLocation
 from ..credentials import token_digest
+from ..dashboard.data import Query, dashboard_data
+from ..dashboard.page import render_page
 from ..endpoint.http import bearer, error_response
 from ..errors import SettingsError
-from .data import Query, dashboard_data
-from .page import render_page
 
 __all__ = ["COOKIE", "DashboardAccess", "dashboard_routes", "not_admin"]
 

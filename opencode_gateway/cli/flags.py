@@ -9,8 +9,8 @@ import difflib
 import re
 from typing import NoReturn
 
-from .opencode.config import PERMISSION_MODES, TOOLS
-from .opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
+from ..opencode.config import PERMISSION_MODES, TOOLS
+from ..opencode.sandbox import SANDBOX_KINDS, SANDBOX_NETWORKS
 
 __all__ = [
     "Parser",

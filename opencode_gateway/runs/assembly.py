@@ -12,40 +12,40 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _litellm
-from .accounting.budget import period_caps
-from .accounting.ledger import RunLedger
-from .accounting.pricing import Pricer
-from .accounting.records import ApprovalRecord, Purpose, RequestRecord
-from .accounting.run import RunAccount
-from .approvals.plugin import plugin_source
-from .approvals.policy import ApprovalRequest, Policy
-from .credentials import redacted
-from .endpoint.server import EndpointServer
-from .endpoint.tagging import Tagging
-from .events import ApprovalAnswered, ApprovalAsked, ReasoningDelta, TextDelta, ToolRequested
-from .opencode import config as oc_config
-from .opencode.gitguard import GitControl
-from .opencode.lines import Event
-from .opencode.process import OpenCodeProcess, run_argv
-from .opencode.purpose import routed_model
-from .opencode.reaper import reaped_argv
-from .opencode.sessions import prune_sessions
-from .opencode.workspace import Workspace
+from .. import _litellm
+from ..accounting.budget import period_caps
+from ..accounting.ledger import RunLedger
+from ..accounting.pricing import Pricer
+from ..accounting.records import ApprovalRecord, Purpose, RequestRecord
+from ..accounting.run import RunAccount
+from ..approvals.plugin import plugin_source
+from ..approvals.policy import ApprovalRequest, Policy
+from ..config.settings import RunSettings
+from ..credentials import redacted
+from ..endpoint.server import EndpointServer
+from ..endpoint.tagging import Tagging
+from ..events import ApprovalAnswered, ApprovalAsked, ReasoningDelta, TextDelta, ToolRequested
+from ..observability.traces import RunSpan, RunTrace, Tracing, root_attributes, tracing_for
+from ..opencode import config as oc_config
+from ..opencode.gitguard import GitControl
+from ..opencode.lines import Event
+from ..opencode.process import OpenCodeProcess, run_argv
+from ..opencode.purpose import routed_model
+from ..opencode.reaper import reaped_argv
+from ..opencode.sessions import prune_sessions
+from ..opencode.workspace import Workspace
 from .plan import Plan
 from .result import RunResult
-from .settings import RunSettings
-from .traces import RunSpan, RunTrace, Tracing, root_attributes, tracing_for
 from .wiring import opencode_env, upstream_for
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from .approvals.host import Approvals, Decided
-    from .endpoint.hooks import Hooks
-    from .endpoint.routing import RunRouter, Target
-    from .endpoint.upstream import Upstream
+    from ..approvals.host import Approvals, Decided
+    from ..endpoint.hooks import Hooks
+    from ..endpoint.routing import RunRouter, Target
+    from ..endpoint.upstream import Upstream
 
 __all__ = [
     "Parts",
@@ -114,7 +114,7 @@ def silent_mcp_servers(settings: RunSettings, offered: set[str]) -> list[str]:
 def targets(settings: RunSettings, tagging: Tagging, account: RunAccount, parts: Parts = Parts()) -> dict[str, Target]:
     """Where a run's requests go: the run's model, the small model of OpenCode's background calls
     if it is another, and each purpose's route (`routes`)."""
-    from .endpoint.routing import Target
+    from ..endpoint.routing import Target
 
     upstream = parts.upstream or upstream_for
     models = (settings.model, settings.small_model or settings.model, *settings.routes.values())
@@ -131,7 +131,7 @@ def endpoint_app(
 ) -> Starlette:
     """The run's endpoint: its token, its targets, the run's secrets scrubbed from what it says,
     priced by the run's prices, each answer's text kept (the run's answer is taken from them)."""
-    from .endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
+    from ..endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 
     return create_app(
         Endpoint(
@@ -151,7 +151,7 @@ def endpoint_app(
 def router(token: str, targets: Mapping[str, Target], settings: RunSettings) -> RunRouter:
     """Who may call the run's endpoint (its token), and where each request goes: the one model's
     target, or with a small model or routes, the one each request is routed to (purpose.py)."""
-    from .endpoint.routing import RunRouter  # starlette's side: imported while OpenCode starts
+    from ..endpoint.routing import RunRouter  # starlette's side: imported while OpenCode starts
 
     if len(targets) == 1:
         return RunRouter(token, targets[settings.model])
@@ -301,7 +301,7 @@ def run_approvals(
     an event of the run (`seen`), a row of its ledger and, on the tool's span, a span event."""
     if not plan.asks:
         return None
-    from .approvals.host import Approvals  # starlette: only for a run that asks
+    from ..approvals.host import Approvals  # starlette: only for a run that asks
 
     def answered(request: ApprovalRequest, decided: Decided) -> None:
         account.approval(redacted(_approval_row(request, decided), secrets))

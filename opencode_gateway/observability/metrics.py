@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .accounting.records import RequestRecord
+from ..accounting.records import RequestRecord
 
 __all__ = ["CONTENT_TYPE", "MAX_VALUES", "Metrics"]
 

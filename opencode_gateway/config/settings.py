@@ -21,17 +21,20 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Union
 
-from .accounting.budget import Budget, PeriodBudget
-from .accounting.ledger.location import LedgerLocation
-from .accounting.pricing import Price
-from .approvals.policy import Policy, parse_policy
+from ..accounting.budget import Budget, PeriodBudget
+from ..accounting.ledger.location import LedgerLocation
+from ..accounting.price_map import context_window
+from ..accounting.pricing import Price
+from ..approvals.policy import Policy, parse_policy
+from ..credentials import gateway_keys, held_secrets
+from ..endpoint.limits import UpstreamLimits
+from ..errors import SettingsError
+from ..litellm_gateway.protocol import Mode, ModelRoute
+from ..observability.traces import INSTALL, OtelConfig
+from ..opencode.agent import AgentConfig
+from ..opencode.purpose import BACKGROUND
+from ..opencode.sandbox import SandboxConfig
 from .attribution import check_attribution
-from .credentials import gateway_keys, held_secrets
-from .endpoint.limits import UpstreamLimits
-from .errors import SettingsError
-from .litellm_gateway.protocol import Mode, ModelRoute
-from .opencode.agent import AgentConfig
-from .opencode.sandbox import SandboxConfig
 
 __all__ = ["UNSET", "RunSettings", "Settings", "check_routes", "default_data_dir", "json_kinds"]
 
@@ -318,8 +321,6 @@ def _check(settings: RunSettings) -> None:
 def _check_otel(settings: RunSettings) -> None:
     """Traces asked for (`otel`, or the standard variables) need the `otel` extra; serve's metric
     labels are metadata keys, each one label."""
-    from .traces import INSTALL, OtelConfig
-
     wanted = OtelConfig.wanted(settings.otel, settings.environ) is not None
     if wanted and not _installed("opentelemetry.exporter.otlp.proto.http"):
         raise SettingsError(f"otel settings need OpenTelemetry's SDK and OTLP exporter, not installed: {INSTALL}")
@@ -339,9 +340,6 @@ def check_routes(model: str, routes: Mapping[str, str]) -> None:
     """Each route names a background purpose and a model; a summary or compaction carries the
     whole conversation, so its model must take at least as much input as the run's model, where
     LiteLLM's map knows both (a gateway group's window only the gateway knows)."""
-    from .accounting.price_map import context_window
-    from .opencode.purpose import BACKGROUND
-
     for purpose, target in routes.items():
         if purpose not in BACKGROUND:
             raise SettingsError(f"routes.{purpose}: no such purpose; routes are for {', '.join(BACKGROUND)}")

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import GatewayError, SettingsError
-from .options import task_kinds
-from .result import RunResult
-from .settings_file import beside
+from ..config.file import beside
+from ..config.options import task_kinds
+from ..errors import GatewayError, SettingsError
+from ..runs.result import RunResult
 
 __all__ = ["BATCH_KEYS", "FOLDER_NAME", "Batch", "Outcome", "Task", "load_tasks"]
 

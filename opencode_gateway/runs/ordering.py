@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from .opencode.lines import Event, StepFinish, ToolResult
+from ..opencode.lines import Event, StepFinish, ToolResult
 
 __all__ = ["CausalOrder"]
 

@@ -27,26 +27,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .accounting.budget import period_caps
-from .accounting.ledger import Ledger
-from .accounting.pricing import Pricer
-from .accounting.records import Purpose, RequestRecord
-from .accounting.run import RunAccount, Totals
-from .credentials import token_digest
-from .dashboard.live import DashboardAccess, dashboard_routes, not_admin
-from .endpoint.app import Endpoint, create_app
-from .endpoint.http import bearer, error_response
-from .endpoint.routing import BadRequest, Target
-from .endpoint.server import EndpointServer
-from .endpoint.tagging import Tagging
-from .endpoint.upstream import Upstream
-from .errors import SettingsError
+from ..accounting.budget import period_caps
+from ..accounting.ledger import Ledger
+from ..accounting.pricing import Pricer
+from ..accounting.records import Purpose, RequestRecord
+from ..accounting.run import RunAccount, Totals
+from ..config.settings import Settings, check_routes
+from ..credentials import token_digest
+from ..endpoint.app import Endpoint, create_app
+from ..endpoint.http import bearer, error_response
+from ..endpoint.routing import BadRequest, Target
+from ..endpoint.server import EndpointServer
+from ..endpoint.tagging import Tagging
+from ..endpoint.upstream import Upstream
+from ..errors import SettingsError
+from ..litellm_gateway.protocol import ModelRoute
+from ..observability.metrics import CONTENT_TYPE, Metrics
+from ..observability.traces import RunSpan, root_attributes, tracing_for
+from ..runs.wiring import upstream_for
 from .launch import Launch, ServerState, server_socket, server_token
-from .litellm_gateway.protocol import ModelRoute
-from .metrics import CONTENT_TYPE, Metrics
-from .settings import Settings, check_routes
-from .traces import RunSpan, root_attributes, tracing_for
-from .wiring import upstream_for
+from .live import DashboardAccess, dashboard_routes, not_admin
 
 __all__ = ["SessionRouter", "serve", "server_app"]
 

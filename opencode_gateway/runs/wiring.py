@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .litellm_gateway.protocol import ModelRoute
-from .opencode.workspace import Workspace
-from .settings import RunSettings, Settings
+from ..config.settings import RunSettings, Settings
+from ..litellm_gateway.protocol import ModelRoute
+from ..opencode.workspace import Workspace
 
 if TYPE_CHECKING:
-    from .endpoint.upstream import Upstream
+    from ..endpoint.upstream import Upstream
 
 __all__ = ["opencode_env", "upstream_for"]
 
@@ -47,7 +47,7 @@ def opencode_env(
 
 def upstream_for(settings: Settings, model: str) -> Upstream:
     """Where requests for `model` go: the gateway for `litellm_proxy/<group>`, else litellm."""
-    from .endpoint.upstream import ProxyUpstream, SdkUpstream  # httpx: imported while OpenCode starts
+    from ..endpoint.upstream import ProxyUpstream, SdkUpstream  # httpx: imported while OpenCode starts
 
     route, limits = ModelRoute.of(model), settings.upstream_limits
     caching = route.setting(settings.prompt_caching)  # not set: known from the backend

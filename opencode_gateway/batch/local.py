@@ -17,17 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .accounting.ledger import RunLedger, finished_values
-from .accounting.run import Totals
-from .api import check
-from .errors import GatewayError, SettingsError
-from .events import Event
-from .plan import prepare
+from ..accounting.ledger import RunLedger, finished_values
+from ..accounting.run import Totals
+from ..api import check
+from ..config.settings import Settings
+from ..errors import GatewayError, SettingsError
+from ..events import Event
+from ..observability.traces import RunSpan, root_attributes, tracing_for
+from ..runs.plan import prepare
+from ..runs.result import OutputInvalid
+from ..runs.runner import execute
 from .progress import Progress, summary
-from .result import OutputInvalid
-from .settings import Settings
 from .tasks import Batch, Outcome, Task, load_tasks
-from .traces import RunSpan, root_attributes, tracing_for
 
 __all__ = [
     "Batch",
@@ -100,7 +101,7 @@ async def run_task(
     try:
         workdir = fresh_workdir(task, batch)
         plan = prepare(task.prompt, settings=settings, workdir=workdir, **options)
-        return Outcome(task.id, await plan.execute(on_event, ledger=ledger))
+        return Outcome(task.id, await execute(plan, on_event, ledger=ledger))
     except OutputInvalid as exc:
         return Outcome(task.id, exc.result)
     except GatewayError as exc:

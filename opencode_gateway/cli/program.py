@@ -16,6 +16,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ..credentials import refuse_inspection
+from ..errors import GatewayError, SettingsError
+from ..opencode.binary import SUPPORTED
+from ..opencode.config import OPENCODE_VERSION
+from ..opencode.sandbox import SANDBOX_KINDS
+from ..terminal import shown
 from .commands import (
     _cmd_batch,
     _cmd_config,
@@ -29,8 +35,6 @@ from .commands import (
     _cmd_serve,
     _cmd_sessions,
 )
-from .credentials import refuse_inspection
-from .errors import GatewayError, SettingsError
 from .flags import (
     Parser,
     attribution_flags,
@@ -43,10 +47,6 @@ from .flags import (
     sandbox_flags,
     upstream_flags,
 )
-from .opencode.binary import SUPPORTED
-from .opencode.config import OPENCODE_VERSION
-from .opencode.sandbox import SANDBOX_KINDS
-from .terminal import shown
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -319,7 +319,7 @@ def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = Parser(prog="opencode-gateway", description="Run OpenCode on any LiteLLM model group, with exact cost.")
     parser.add_argument("--version", action="version", version=f"opencode-gateway {__version__}")

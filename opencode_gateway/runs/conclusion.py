@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .accounting.budget import Refusal
-from .accounting.records import RequestRecord, StopReason
-from .accounting.run import totals
-from .errors import (
+from ..accounting.budget import Refusal
+from ..accounting.records import RequestRecord, StopReason
+from ..accounting.run import totals
+from ..errors import (
     BudgetExceeded,
     GatewayError,
     OpenCodeError,
@@ -24,10 +24,10 @@ from .errors import (
     TurnLimitReached,
     UpstreamError,
 )
+from ..litellm_gateway.protocol import Mode, is_budget_error
+from ..opencode.lines import Error, Event
+from ..opencode.process import EVENT_LINE_MAX, ProcessExit
 from .files import FileChange
-from .litellm_gateway.protocol import Mode, is_budget_error
-from .opencode.lines import Error, Event
-from .opencode.process import EVENT_LINE_MAX, ProcessExit
 from .output import OutputSpec
 from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult, final_text, relayed_text
 

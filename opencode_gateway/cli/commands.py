@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._litellm import owning_loop
+from .._litellm import owning_loop
+from ..config.file import load_settings
+from ..config.settings import RunSettings, Settings
+from ..errors import SettingsError
+from ..terminal import shown
 from .arguments import output_schema, pairs, settings_of, stdin_text
-from .errors import SettingsError
-from .settings import RunSettings, Settings
-from .settings_file import load_settings
-from .terminal import shown
 
 if TYPE_CHECKING:
-    from .launch import ServerState
+    from ..serve.launch import ServerState
 
 
 def _print_json(data: Any, stream: Any = None) -> None:
@@ -51,9 +51,9 @@ def _result_line(result: Any) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .api import run, stream
-    from .events import Done
-    from .result import OutputInvalid
+    from ..api import run, stream
+    from ..events import Done
+    from ..runs.result import OutputInvalid
 
     settings = settings_of(args)
     prompt = stdin_text("prompt") if args.prompt == ["-"] else " ".join(args.prompt)
@@ -71,8 +71,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 else:
                     _print_json(event.to_dict(), sys.stderr)
         elif sys.stderr.isatty() and not args.quiet:
-            from .approvals.person import Person, terminal_reachable
-            from .console import RunView
+            from ..approvals.person import Person, terminal_reachable
+            from ..console import RunView
 
             with RunView(sys.stderr, model=settings.model or "") as view:
                 if settings.approvals is not None and terminal_reachable():  # what the policy asks: you
@@ -102,7 +102,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from .opencode.config import build_config, known_models
+    from ..opencode.config import build_config, known_models
 
     settings = settings_of(args)
     if not settings.model:
@@ -131,11 +131,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     if args.reconcile:
         return _reconcile(args, settings)
-    from .accounting.report import build_report
+    from ..accounting.report import build_report
 
     where = list(pairs(args.where, "--where").items())
     if not settings.ledger_location.exists():  # nothing has run yet: an empty report, not an error
-        from .accounting.report import Report
+        from ..accounting.report import Report
 
         print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_location})", file=sys.stderr)
         sys.stdout.write(Report.empty(args.by).render(args.format))
@@ -157,8 +157,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[tuple[str, str]]) -> int:
     """`report --html FILE`: the dashboard as one file that opens with no network."""
-    from .dashboard.data import Query, dashboard_data
-    from .dashboard.page import render_page
+    from ..dashboard.data import Query, dashboard_data
+    from ..dashboard.page import render_page
 
     data = dashboard_data(
         settings.ledger_location, Query(by=args.by, since=args.since, until=args.until, where=tuple(where), limit=None)
@@ -179,7 +179,7 @@ def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[t
 
 
 def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    from .litellm_gateway.reconcile import reconcile, render
+    from ..litellm_gateway.reconcile import reconcile, render
 
     base, key = args.api_base or settings.gateway_api_base, args.api_key or settings.gateway_api_key
     if not base or not key:
@@ -191,8 +191,8 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     """`ledger status|sync|import`: 0 done; 1 the team's database cannot be reached (the spool kept)."""
-    from .accounting.ledger.maintenance import import_ledger, status, sync
-    from .errors import LedgerUnavailable
+    from ..accounting.ledger.maintenance import import_ledger, status, sync
+    from ..errors import LedgerUnavailable
 
     location = settings_of(args).ledger_location
     if args.action == "status":
@@ -234,9 +234,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from .accounting.report import render_table
-    from .accounting.times import utc_time
-    from .opencode.sessions import kept_sessions, prune_sessions
+    from ..accounting.report import render_table
+    from ..accounting.times import utc_time
+    from ..opencode.sessions import kept_sessions, prune_sessions
 
     data_dir = settings_of(args).data_dir
     if args.action == "prune":
@@ -268,7 +268,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def _cmd_install_opencode(args: argparse.Namespace) -> int:
-    from .opencode.binary import install_opencode
+    from ..opencode.binary import install_opencode
 
     print(install_opencode(load_settings(args.config).data_dir, args.version))
     return 0
@@ -277,10 +277,10 @@ def _cmd_install_opencode(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .serve import serve
+    from ..serve.server import serve
 
     if args.action == "login":
-        from .launch import login_url
+        from ..serve.launch import login_url
 
         print(login_url(load_settings(args.config).data_dir))
         return 0
@@ -309,7 +309,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _launch_env(args: argparse.Namespace) -> tuple[RunSettings, ServerState, dict[str, str]]:
-    from .launch import ServerState, launch_env
+    from ..serve.launch import ServerState, launch_env
 
     settings = settings_of(args).validated()
     server = ServerState.read(settings.data_dir)
@@ -317,7 +317,7 @@ def _launch_env(args: argparse.Namespace) -> tuple[RunSettings, ServerState, dic
 
 
 def _cmd_opencode(args: argparse.Namespace) -> int:
-    from .launch import run_opencode
+    from ..serve.launch import run_opencode
 
     settings, server, env = _launch_env(args)
     arguments = args.opencode_args[1:] if args.opencode_args[:1] == ["--"] else args.opencode_args
@@ -325,7 +325,7 @@ def _cmd_opencode(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    from .launch import shell_exports
+    from ..serve.launch import shell_exports
 
     _, _, env = _launch_env(args)
     sys.stdout.write(
@@ -338,7 +338,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 def _cmd_batch(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .batch import Batch, Executor, LocalExecutor, load_tasks, run_batch, summary
+    from ..batch.local import Batch, Executor, LocalExecutor, load_tasks, run_batch, summary
 
     settings = settings_of(args)
     batch = Batch.of(
@@ -350,7 +350,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     tasks = load_tasks(batch.tasks_file)
     executor: Executor = LocalExecutor()
     if settings.executor == "ray":
-        from .ray_executor import RayExecutor
+        from ..batch.ray_cluster import RayExecutor
 
         executor = RayExecutor(
             settings.ledger_location,

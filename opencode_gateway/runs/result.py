@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting.records import RequestRecord, RunUsage, StopReason, cache_saved
-from .errors import GatewayError
+from ..accounting.records import RequestRecord, RunUsage, StopReason, cache_saved
+from ..errors import GatewayError
+from ..litellm_gateway.protocol import Mode
+from ..opencode.lines import Event, StepStart, Text
 from .files import FileChange
-from .litellm_gateway.protocol import Mode
-from .opencode.lines import Event, StepStart, Text
 
 __all__ = ["KEPT_EVENTS_MAX", "OutputInvalid", "RunResult", "final_text", "relayed_text"]
 

@@ -26,18 +26,18 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .accounting.budget import Budget
-from .accounting.records import Purpose
-from .attribution import check_attribution
-from .errors import SettingsError
-from .opencode import config as oc_config
-from .opencode.binary import find_opencode
-from .opencode.gitguard import GitControl
-from .opencode.purpose import routed_model
-from .opencode.sandbox import resolve_sandbox
-from .opencode.workspace import Workspace
-from .settings import RunSettings, Settings
-from .wiring import opencode_env
+from ..accounting.budget import Budget
+from ..accounting.records import Purpose
+from ..config.attribution import check_attribution
+from ..config.settings import RunSettings, Settings
+from ..errors import SettingsError
+from ..opencode import config as oc_config
+from ..opencode.binary import find_opencode
+from ..opencode.gitguard import GitControl
+from ..opencode.purpose import routed_model
+from ..opencode.sandbox import resolve_sandbox
+from ..opencode.workspace import Workspace
+from ..runs.wiring import opencode_env
 
 __all__ = [
     "Launch",

@@ -7,10 +7,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-from .accounting.report import render_table
-from .events import Event, RequestFinished
+from ..accounting.report import render_table
+from ..console import BatchView
+from ..events import Event, RequestFinished
 from .tasks import Batch, Outcome
 
 __all__ = ["Progress", "summary"]
@@ -30,11 +31,7 @@ class Progress:
         self.since: dict[str, float] = {}  # task -> when it started (monotonic)
         self.outcomes: list[Outcome] = []
         self.durations: list[float] = []
-        self._view: Any = None  # console.BatchView, imported (rich) only for a terminal
-        if self.live:
-            from .console import BatchView
-
-            self._view = BatchView(out, self)
+        self._view = BatchView(out, self) if self.live else None  # drawn only on a terminal
 
     def started(self, task_id: str) -> None:
         self.running[task_id] = None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SettingsError
+from ..errors import SettingsError
 
 __all__ = ["OutputSpec", "last_json_object"]
 

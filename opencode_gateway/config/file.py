@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._yaml import load_yaml
-from .errors import SettingsError
+from .._yaml import load_yaml
+from ..errors import SettingsError
 from .settings import Settings, json_kinds
 
 __all__ = ["ENV_PREFIX", "FILE_PREFIX", "beside", "load_settings"]

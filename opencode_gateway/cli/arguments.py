@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._yaml import load_yaml
-from .approvals.policy import Policy, parse_policy
-from .errors import SettingsError, one_line
-from .settings import Settings
-from .settings_file import load_settings
+from .._yaml import load_yaml
+from ..approvals.policy import Policy, parse_policy
+from ..config.file import load_settings
+from ..config.settings import Settings
+from ..errors import SettingsError, one_line
 
 __all__ = ["api_key_of", "output_schema", "pairs", "read_text_file", "settings_of", "stdin_text"]
 

@@ -1,31 +1,27 @@
 """A run that passed every check that can be made before OpenCode starts: its settings, workdir,
 binary, kept session, skills, output schema and sandbox. `prepare` makes one from `run`'s options
-and raises what is wrong; `Plan.execute` runs it (runner.py)."""
+and raises what is wrong; `runner.execute(plan)` runs it: the plan is data the runner reads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from .accounting.ledger import RunLedger
-from .errors import CapabilityUnsupported, SettingsError
-from .opencode import config as oc_config
-from .opencode.binary import find_opencode
-from .opencode.lines import Event
-from .opencode.sandbox import resolve_sandbox
-from .opencode.sessions import session_directory, session_store
-from .opencode.skills import Skill, load_skills
-from .options import PER_RUN, RunOptions
+from ..config.options import PER_RUN, RunOptions
+from ..config.settings import RunSettings, Settings
+from ..errors import CapabilityUnsupported, SettingsError
+from ..opencode import config as oc_config
+from ..opencode.binary import find_opencode
+from ..opencode.sandbox import resolve_sandbox
+from ..opencode.sessions import session_directory, session_store
+from ..opencode.skills import Skill, load_skills
 from .output import OutputSpec
-from .result import RunResult
-from .settings import RunSettings, Settings
 
 if TYPE_CHECKING:
-    from .approvals.host import Approve
+    from ..approvals.host import Approve
 
 __all__ = ["Plan", "prepare"]
 
@@ -50,16 +46,6 @@ class Plan:
     def asks(self) -> bool:
         """Whether tool calls are asked about: a policy or a callback (approvals/)."""
         return self.settings.approvals is not None or self.approve is not None
-
-    async def execute(
-        self, on_event: Callable[[Event], None] | None = None, *, deltas: bool = False, ledger: RunLedger | None = None
-    ) -> RunResult:
-        """Run it. `on_event` sees every event as it happens; `deltas` adds the streamed text.
-        The run's rows go to `settings.ledger_location`, or to `ledger` (a batch task on a Ray worker
-        sends them to the driver's)."""
-        from .runner import execute  # the run's machinery: imported when a plan runs
-
-        return await execute(self, on_event, deltas=deltas, ledger=ledger)
 
 
 def _check_session(settings: Settings, session_id: str | None, workdir: Path) -> Path | None:
