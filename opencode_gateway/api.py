@@ -1,9 +1,9 @@
 """The Python API: `run`, `arun`, `stream` and `astream` run OpenCode once and take the same options
-(`RunOptions`, options.py); `check` raises what they would raise before OpenCode starts.
+(`RunOptions`, config/options.py); `check` raises what they would raise before OpenCode starts.
 
-Everything that can be checked before OpenCode starts is checked by `prepare` (plan.py), and
+Everything that can be checked before OpenCode starts is checked by `prepare` (runs/plan.py), and
 raises; what happens during the run is reported in the RunResult (`stop_reason`, `error`, decided by
-conclusion.py), except an invalid structured output, which raises OutputInvalid because the caller
+runs/conclusion.py), except an invalid structured output, which raises OutputInvalid because the caller
 asked for a value the run did not give.
 """
 

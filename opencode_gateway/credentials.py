@@ -75,7 +75,7 @@ _PROVIDER_PREFIXES = (
 )
 
 
-# What the OpenTelemetry SDK sends a collector as headers (traces.py), as "name=value,..." lists.
+# What the OpenTelemetry SDK sends a collector as headers (observability/traces.py), as "name=value,..." lists.
 _OTEL_HEADERS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
 
 

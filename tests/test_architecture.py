@@ -118,6 +118,26 @@ def test_no_own_module_is_imported_inside_a_function_but_the_deferred_ones() -> 
     assert hidden == set(DEFERRED_IMPORTS)
 
 
+MAX_COMPLEXITY = 15
+
+
+def test_no_function_is_above_cyclomatic_complexity_15() -> None:
+    """As radon counts it: one branch more than a reader holds at once is a function to split."""
+    from radon.complexity import cc_visit
+    from radon.visitors import Function
+
+    complex_ = sorted(
+        {
+            f"{path.relative_to(PACKAGE)}: {block.fullname} ({block.complexity})"
+            for path in PACKAGE.rglob("*.py")
+            for block in cc_visit(path.read_text())
+            for block in ([block, *block.methods] if not isinstance(block, Function) else [block])
+            if isinstance(block, Function) and block.complexity > MAX_COMPLEXITY
+        }
+    )
+    assert complex_ == []
+
+
 def test_no_class_is_over_150_lines_and_no_function_over_60() -> None:
     too_long = []
     for path in PACKAGE.rglob("*.py"):
@@ -223,7 +243,7 @@ def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_chec
 
 
 def test_opencode_and_endpoint_do_not_import_settings() -> None:
-    """They take what they need (a protocol, or values); settings.py composes them, at the top."""
+    """They take what they need (a protocol, or values); config/settings.py composes them, at the top."""
     modules = _modules()
     importing = sorted(
         name

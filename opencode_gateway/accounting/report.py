@@ -91,8 +91,16 @@ class Report:
         comment) or `json`."""
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
+        header, cells = self._header(), self._rows(fmt)
+        if fmt == "csv":
+            return _csv(header, cells)
+        if fmt == "markdown":
+            return _markdown(header, cells, figures=11 + (3 if self.total.asked else 0))
+        return render_table(header, cells)
+
+    def _header(self) -> list[str]:
         by_run = self.by == "run"
-        header = [
+        return [
             self.by,
             *(("started (UTC)", "duration", "model", "outcome", "metadata") if by_run else ()),
             "runs",
@@ -108,6 +116,10 @@ class Report:
             "cache_saved_usd",
             *(("asked", "allowed", "denied") if self.total.asked else ()),
         ]
+
+    def _rows(self, fmt: str) -> list[list[str]]:
+        """Each group's cells, a breakdown's under their group's, then the total's."""
+        by_run = self.by == "run"
         cells = []
         for group in self.groups:  # a breakdown's rows under their group's (in CSV: "group / model")
             cells.append(_cells(group, group.label, by_run, self.total.asked))
@@ -117,19 +129,23 @@ class Report:
                 for part in group.parts
             ]
         cells.append(_cells(self.total, "TOTAL", by_run, self.total.asked))
-        if fmt == "csv":
-            out = io.StringIO()
-            writer = csv.writer(out, lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows([[_csv_cell(cell) for cell in row] for row in cells])
-            return out.getvalue()
-        if fmt == "markdown":  # the figures' columns aligned right
-            figures = 11 + (3 if self.total.asked else 0)
-            rows = [header, ["---:" if i >= len(header) - figures else "---" for i in range(len(header))]]
-            rows += [[_markdown_cell(cell) for cell in row] for row in cells[:-1]]
-            rows.append([f"**{_markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
-            return "".join("| " + " | ".join(row) + " |\n" for row in rows)
-        return render_table(header, cells)
+        return cells
+
+
+def _csv(header: list[str], cells: list[list[str]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[_csv_cell(cell) for cell in row] for row in cells])
+    return out.getvalue()
+
+
+def _markdown(header: list[str], cells: list[list[str]], *, figures: int) -> str:
+    """A GitHub table, the last `figures` columns aligned right, the total in bold."""
+    rows = [header, ["---:" if i >= len(header) - figures else "---" for i in range(len(header))]]
+    rows += [[_markdown_cell(cell) for cell in row] for row in cells[:-1]]
+    rows.append([f"**{_markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
+    return "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
 # A cell a spreadsheet would run as a formula (=HYPERLINK(...), +cmd|..., -, @SUM) or that

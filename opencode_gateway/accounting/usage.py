@@ -9,7 +9,7 @@ totals, which is how OpenAI counts and how LiteLLM prices.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -200,28 +200,21 @@ class StreamUsageReader:
         payload = line[5:].strip()
         if payload == b"[DONE]":
             self.done = True
-            return
-        if (
-            self.model is not None
-            and not self._collect
-            and self._on_text is None
-            and not self._keep_answer
-            and b'"usage"' not in payload
-            and b'"error"' not in payload
-        ):
-            return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
+        elif self._wants(payload) and isinstance(event := _parsed(payload), dict):
+            self._read(event)
+
+    def _wants(self, payload: bytes) -> bool:
+        """Whether a chunk may hold what this reader keeps: once the model is known, a reader of
+        usage alone parses only the chunks that name usage or an error (the last one, mostly)."""
+        return self.model is None or self._reads_deltas or b'"usage"' in payload or b'"error"' in payload
+
+    def _read(self, event: Mapping[str, Any]) -> None:
         if self.model is None and isinstance(event.get("model"), str) and event["model"]:
             # The first chunk that names it: Azure's first chunk (its prompt filter's results)
             # names no model.
             self.model = event["model"]
             self.response_id = event.get("id") if isinstance(event.get("id"), str) else None
-        if self._collect or self._on_text is not None or self._keep_answer:
+        if self._reads_deltas:
             self._read_deltas(event)
         if isinstance(event.get("usage"), Mapping):
             usage = Usage.from_mapping(event["usage"])
@@ -230,28 +223,55 @@ class StreamUsageReader:
         if isinstance(event.get("error"), Mapping):
             self.error = event["error"]
 
+    @property
+    def _reads_deltas(self) -> bool:
+        """Whether the streamed pieces are wanted (for an estimate, the live text, the answer)."""
+        return self._collect or self._on_text is not None or self._keep_answer
+
     def _read_deltas(self, event: Mapping[str, Any]) -> None:
-        for choice in event.get("choices") or ():
-            delta = choice.get("delta") if isinstance(choice, Mapping) else None
-            if not isinstance(delta, Mapping):
-                continue
+        for delta in _deltas(event):
             content, reasoning = delta.get("content"), delta.get("reasoning_content", delta.get("reasoning"))
+            functions = _functions(delta)
             if self._keep_answer and isinstance(content, str):
                 self._answer.append(content)
             if self._on_text is not None:
-                if isinstance(content, str) and content:
-                    self._on_text("text", content)
-                if isinstance(reasoning, str) and reasoning:
-                    self._on_text("reasoning", reasoning)
-                for call in delta.get("tool_calls") or ():  # a call's name comes once, in its first piece
-                    function = call.get("function") if isinstance(call, Mapping) else None
-                    if isinstance(function, Mapping) and isinstance(function.get("name"), str) and function["name"]:
-                        self._on_text("tool", function["name"])
-            if not self._collect:
-                continue
-            self._text.extend(piece for piece in (content, reasoning) if isinstance(piece, str))
-            for call in delta.get("tool_calls") or ():
-                function = call.get("function") if isinstance(call, Mapping) else None
-                if isinstance(function, Mapping):
-                    pieces = (function.get("name"), function.get("arguments"))
-                    self._text.extend(v for v in pieces if isinstance(v, str))
+                _tell(self._on_text, content, reasoning, functions)
+            if self._collect:
+                pieces = (content, reasoning, *(v for f in functions for v in (f.get("name"), f.get("arguments"))))
+                self._text.extend(piece for piece in pieces if isinstance(piece, str))
+
+
+def _parsed(payload: bytes) -> Any:
+    """A chunk's JSON; None for one that is not JSON."""
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
+
+
+def _deltas(event: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Each choice's delta in a chunk."""
+    for choice in event.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, Mapping) else None
+        if isinstance(delta, Mapping):
+            yield delta
+
+
+def _functions(delta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The function pieces of a delta's tool calls."""
+    calls = delta.get("tool_calls") or ()
+    return [c["function"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)]
+
+
+def _tell(
+    on_text: Callable[[str, str], None], content: Any, reasoning: Any, functions: list[Mapping[str, Any]]
+) -> None:
+    """The live text of a delta: its text, its reasoning, and each tool call's name (a call's name
+    comes once, in its first piece)."""
+    if isinstance(content, str) and content:
+        on_text("text", content)
+    if isinstance(reasoning, str) and reasoning:
+        on_text("reasoning", reasoning)
+    for function in functions:
+        if isinstance(function.get("name"), str) and function["name"]:
+            on_text("tool", function["name"])

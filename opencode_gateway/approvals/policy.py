@@ -148,22 +148,26 @@ def parse_policy(data: Any, where: str = "approvals") -> Policy:
     rules_data = data.get("rules") or {}
     if not isinstance(rules_data, Mapping):
         raise SettingsError(f"{where}.rules: expected a mapping of tool names, not {type(rules_data).__name__}")
-    rules: list[Rule] = []
-    for tool, answers in rules_data.items():
-        if not isinstance(tool, str) or not tool:
-            raise SettingsError(f"{where}.rules: {tool!r} is not a tool name")
-        if isinstance(answers, str):
-            rules.append(Rule(tool, None, _answer(answers, f"{where}.rules.{tool}")))
-            continue
-        if not isinstance(answers, Mapping) or not answers:
-            raise SettingsError(f"{where}.rules.{tool}: expected allow/deny/ask or a mapping of patterns to them")
-        for pattern, answer in answers.items():
-            if not isinstance(pattern, str) or not pattern:
-                raise SettingsError(f"{where}.rules.{tool}: {pattern!r} is not a pattern")
-            if tool != "*" and tool not in _SUBJECTS:
-                raise SettingsError(
-                    f"{where}.rules.{tool}[{pattern!r}]: {tool} calls have no subject to match; "
-                    f"use `{tool}: allow|deny|ask` (patterns work for {', '.join(_SUBJECTS)})"
-                )
-            rules.append(Rule(tool, pattern, _answer(answer, f"{where}.rules.{tool}[{pattern!r}]")))
+    rules = [rule for tool, answers in rules_data.items() for rule in _tool_rules(tool, answers, f"{where}.rules")]
     return Policy(tuple(rules), default)
+
+
+def _tool_rules(tool: Any, answers: Any, where: str) -> list[Rule]:
+    """One tool's rules: `tool: answer`, or `tool: {pattern: answer, ...}` in order."""
+    if not isinstance(tool, str) or not tool:
+        raise SettingsError(f"{where}: {tool!r} is not a tool name")
+    if isinstance(answers, str):
+        return [Rule(tool, None, _answer(answers, f"{where}.{tool}"))]
+    if not isinstance(answers, Mapping) or not answers:
+        raise SettingsError(f"{where}.{tool}: expected allow/deny/ask or a mapping of patterns to them")
+    rules = []
+    for pattern, answer in answers.items():
+        if not isinstance(pattern, str) or not pattern:
+            raise SettingsError(f"{where}.{tool}: {pattern!r} is not a pattern")
+        if tool != "*" and tool not in _SUBJECTS:
+            raise SettingsError(
+                f"{where}.{tool}[{pattern!r}]: {tool} calls have no subject to match; "
+                f"use `{tool}: allow|deny|ask` (patterns work for {', '.join(_SUBJECTS)})"
+            )
+        rules.append(Rule(tool, pattern, _answer(answer, f"{where}.{tool}[{pattern!r}]")))
+    return rules

@@ -111,7 +111,7 @@ async def run_task(
 
 
 class Executor(Protocol):
-    """Where a batch's tasks run: in this process (LocalExecutor) or on Ray (ray_executor.py)."""
+    """Where a batch's tasks run: in this process (LocalExecutor) or on Ray (ray_cluster.py)."""
 
     async def run(
         self,
@@ -219,7 +219,7 @@ def _check_workdir(task: Task, batch: Batch, settings: Settings) -> None:
 
 
 def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], started: float) -> None:
-    """The batch's own span, which each of its runs' traces links to (traces.py), with its totals."""
+    """The batch's own span, which each of its runs' traces links to (observability/traces.py), with its totals."""
     tracing = tracing_for(settings.otel)
     if tracing is None:
         return

@@ -47,6 +47,18 @@ def _task(raw: Any, where: str, tasks_file: Path) -> Task:
         )
     if not isinstance(prompt, str) or not prompt.strip():
         raise SettingsError(f"{where}: task {task_id} has no prompt")
+    options = _options(raw, where)
+    if "skills" in options:  # folders named in the tasks file are found beside it
+        options["skills"] = beside(tasks_file, options["skills"])
+    template = options.pop("workdir", None)
+    template_dir = None if template is None else Path(beside(tasks_file, [template])[0]).resolve()
+    if template_dir is not None and not template_dir.is_dir():
+        raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
+    return Task(task_id, prompt, options, template_dir)
+
+
+def _options(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The run() arguments a task sets, each of its kind; none of the metadata keys the batch sets."""
     options: dict[str, Any] = {}
     for key, kinds in _OPTIONS.items():
         value = raw.get(key)
@@ -58,13 +70,7 @@ def _task(raw: Any, where: str, tasks_file: Path) -> Task:
     for key in BATCH_KEYS:
         if key in options.get("metadata", {}):
             raise SettingsError(f"{where}: metadata {key} is set by the batch itself: rename that key")
-    if "skills" in options:  # folders named in the tasks file are found beside it
-        options["skills"] = beside(tasks_file, options["skills"])
-    template = options.pop("workdir", None)
-    template_dir = None if template is None else Path(beside(tasks_file, [template])[0]).resolve()
-    if template_dir is not None and not template_dir.is_dir():
-        raise SettingsError(f"{where}: workdir {template_dir} is not a folder")
-    return Task(task_id, prompt, options, template_dir)
+    return options
 
 
 def load_tasks(path: Path) -> tuple[Task, ...]:

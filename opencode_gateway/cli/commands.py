@@ -1,4 +1,4 @@
-"""What each `opencode-gateway` command does, given its parsed arguments (cli.py builds the parser
+"""What each `opencode-gateway` command does, given its parsed arguments (program.py builds the parser
 and runs them); and how the flags become Settings (`settings_of`)."""
 
 from __future__ import annotations
@@ -15,44 +15,18 @@ from .._litellm import owning_loop
 from ..config.file import load_settings
 from ..config.settings import RunSettings, Settings
 from ..errors import SettingsError
-from ..terminal import shown
 from .arguments import output_schema, pairs, settings_of, stdin_text
+from .printed import print_json, print_result
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..opencode.lines import Event
+    from ..runs.result import RunResult
     from ..serve.launch import ServerState
 
 
-def _print_json(data: Any, stream: Any = None) -> None:
-    print(json.dumps(data, ensure_ascii=False), file=stream or sys.stdout, flush=True)
-
-
-def _result_line(result: Any) -> str:
-    usage = result.usage
-    unpriced = result.cost_sources.get("unpriced", 0)
-    cost = f"cost unknown ({unpriced} unpriced)" if result.cost is None else f"${result.cost:.6f}"
-    parts = [
-        result.stop_reason,
-        f"{usage.requests} request{'s' if usage.requests != 1 else ''}",
-        f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens",
-        cost,
-    ]
-    if usage.cache_read_tokens or usage.cache_write_tokens:
-        saved = result.cache_saved
-        effect = (
-            "saving unknown"
-            if saved is None
-            else f"saved ${saved:.6f}"
-            if saved >= 0
-            else f"cache writes cost ${-saved:.6f} more"
-        )
-        parts.append(f"{usage.cached_share:.0%} of input from cache, {effect}")
-    parts.append(f"session {result.session_id or '-'}")
-    return "opencode-gateway: " + " · ".join(parts)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..api import run, stream
-    from ..events import Done
     from ..runs.result import OutputInvalid
 
     settings = settings_of(args)
@@ -64,41 +38,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "output": output_schema(args.output_schema),
     }
     try:
-        if args.show_events:
-            for event in stream(prompt, **options):
-                if isinstance(event, Done):
-                    result = event.result
-                else:
-                    _print_json(event.to_dict(), sys.stderr)
-        elif sys.stderr.isatty() and not args.quiet:
-            from ..approvals.person import Person, terminal_reachable
-            from ..console import RunView
-
-            with RunView(sys.stderr, model=settings.model or "") as view:
-                if settings.approvals is not None and terminal_reachable():  # what the policy asks: you
-                    options["approve"] = Person(view.paused, settings.approval_timeout)
-                for event in stream(prompt, **options):
-                    if isinstance(event, Done):
-                        result = event.result
-                    else:
-                        view.show(event)
-        else:
-            result = run(prompt, **options)
+        result = _ran(args, prompt, options)
     except OutputInvalid as exc:
         result = exc.result
-    for warning in result.warnings:
-        print(shown(f"opencode-gateway: warning: {warning}"), file=sys.stderr)
-    if args.json:
-        _print_json(result.to_dict())
-    else:
-        if result.output is not None:
-            _print_json(result.output)
-        elif result.text:  # whole and as written into a pipe or a file; on a terminal, shown
-            print(shown(result.text) if sys.stdout.isatty() else result.text)
-        if result.error is not None:
-            print(shown(f"opencode-gateway: error: {result.error}"), file=sys.stderr)
-        print(shown(_result_line(result)), file=sys.stderr)
+    print_result(result, as_json=args.json)
     return 0 if result.ok else 1
+
+
+def _ran(args: argparse.Namespace, prompt: str, options: dict[str, Any]) -> RunResult:
+    """The run, its events as --show-events prints them, in the live view on a terminal (a person
+    there answers what the policy asks), or unseen."""
+    from ..api import run
+
+    if args.show_events:
+        return _streamed(prompt, options, lambda event: print_json(event.to_dict(), sys.stderr))
+    if sys.stderr.isatty() and not args.quiet:
+        from ..approvals.person import Person, terminal_reachable
+        from ..console import RunView
+
+        settings = options["settings"]
+        with RunView(sys.stderr, model=settings.model or "") as view:
+            if settings.approvals is not None and terminal_reachable():  # what the policy asks: you
+                options["approve"] = Person(view.paused, settings.approval_timeout)
+            return _streamed(prompt, options, view.show)
+    return run(prompt, **options)
+
+
+def _streamed(prompt: str, options: dict[str, Any], show: Callable[[Event], None]) -> RunResult:
+    from ..api import stream
+    from ..events import Done
+
+    for event in stream(prompt, **options):
+        if isinstance(event, Done):  # the last
+            return event.result
+        show(event)
+    raise AssertionError("a run's events end with Done")
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -197,7 +171,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     location = settings_of(args).ledger_location
     if args.action == "status":
         state = status(location)
-        _print_json(state.to_dict()) if args.json else print("\n".join(state.lines()))
+        print_json(state.to_dict()) if args.json else print("\n".join(state.lines()))
         return 0 if state.problem is None or not location.exists() else 1
     if args.action == "import":
         moved = import_ledger(Path(args.file), location)
@@ -213,12 +187,12 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             runs, requests = sync(location)
         except LedgerUnavailable as exc:
             if args.json:
-                _print_json({"ledger": location.shown, "error": str(exc)})
+                print_json({"ledger": location.shown, "error": str(exc)})
             print(f"opencode-gateway: {exc}; the spool {location.spool} is kept for the next try", file=sys.stderr)
             return 1
         data = {"ledger": location.shown, "runs": runs, "requests": requests}
         line = f"shipped {runs} runs and {requests} requests to {location}; nothing is waiting"
-    _print_json(data) if args.json else print(f"opencode-gateway: {line}")
+    print_json(data) if args.json else print(f"opencode-gateway: {line}")
     return 0
 
 
@@ -227,7 +201,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     checks = diagnose(settings_of(args))
     if args.json:
-        _print_json([check.to_dict() for check in checks])
+        print_json([check.to_dict() for check in checks])
     else:
         print("\n".join(check.line() for check in checks))
     return 0 if all(check.ok for check in checks) else 1
@@ -248,7 +222,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         sessions = kept_sessions(data_dir)
         verb = "kept"
     if args.json:
-        _print_json([kept.to_dict() for kept in sessions])
+        print_json([kept.to_dict() for kept in sessions])
         return 0
     rows = [
         [
@@ -371,7 +345,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         executor.close()
     skipped = len(tasks) - len(outcomes)
     if args.json:
-        _print_json(
+        print_json(
             {
                 "batch_id": batch.batch_id,
                 "results_file": str(batch.results_file),

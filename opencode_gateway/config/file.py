@@ -59,16 +59,12 @@ def _key_from_file(settings_file: Path, name: str) -> str:
     return key
 
 
-def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
-    """Read a config.yaml into Settings (over `base`); None reads nothing."""
-    base = base or Settings()
-    if path is None:
-        return base
+def _read(file: Path) -> Any:
+    """The file's YAML, or a SettingsError saying why it cannot be read."""
     import yaml
 
-    file = Path(path)
     try:
-        raw = load_yaml(file.read_text(encoding="utf-8"))
+        return load_yaml(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SettingsError(f"{file}: cannot read the settings file ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
@@ -78,39 +74,66 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
         at = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None)
         raise SettingsError(f"{file}: not valid YAML{at}{f' ({problem})' if problem else ''}") from exc
+
+
+def _unknown(file: Path, key: Any) -> SettingsError:
+    close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
+    return SettingsError(
+        f"{file}: unknown setting {key!r}"
+        + (f"; did you mean {close[0]}?" if close else f"; known settings: {', '.join(_FILE_KEYS)}")
+    )
+
+
+def _checked(file: Path, key: str, value: Any) -> Any:
+    """`value` of setting `key`, its `os.environ/` references read, refused unless it is of one of
+    the kinds the setting takes."""
+    value = _resolve_env(value, f"{file}: {key}")
+    expected = _FILE_KEYS[key]
+    if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+        names = " or ".join(t.__name__ for t in expected)
+        raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
+    if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        raise SettingsError(f"{file}: {key} must be a list of strings")
+    return value
+
+
+_PATH_LISTS = ("skills", "sandbox_allow_write", "sandbox_allow_read")
+
+
+def _placed(file: Path, key: str, value: Any, secret_files: list[Path]) -> Any:
+    """A checked value as the settings take it: paths beside the file, a `file:` key read (its file
+    a secret of the run's), the data dir and a ledger path with `~` expanded."""
+    if key in _PATH_LISTS and isinstance(value, list):
+        return [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
+    if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
+        secret_files.append(Path(beside(file, [value[len(FILE_PREFIX) :]])[0]))
+        return _key_from_file(file, value[len(FILE_PREFIX) :])
+    if key == "data_dir" and isinstance(value, str):
+        return Path(value).expanduser()
+    if key == "ledger" and isinstance(value, str) and "://" not in value:
+        return str(Path(value).expanduser())
+    return value
+
+
+def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = None) -> Settings:
+    """Read a config.yaml into Settings (over `base`); None reads nothing."""
+    base = base or Settings()
+    if path is None:
+        return base
+    file = Path(path)
+    raw = _read(file)
     if raw is None:
         return base
     if not isinstance(raw, dict):
         raise SettingsError(f"{file}: the top level must be a mapping of settings")
-    values: dict[str, Any] = {"secret_files": (*base.secret_files, file.resolve())}
+    secret_files = [*base.secret_files, file.resolve()]
+    values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in _FILE_KEYS:
-            close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
-            raise SettingsError(
-                f"{file}: unknown setting {key!r}"
-                + (f"; did you mean {close[0]}?" if close else f"; known settings: {', '.join(_FILE_KEYS)}")
-            )
-        if value is None:
-            continue
-        value = _resolve_env(value, f"{file}: {key}")
-        expected = _FILE_KEYS[key]
-        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-            names = " or ".join(t.__name__ for t in expected)
-            raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
-        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
-            raise SettingsError(f"{file}: {key} must be a list of strings")
-        if key in ("skills", "sandbox_allow_write", "sandbox_allow_read") and isinstance(value, list):
-            value = [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
-        if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
-            key_file = Path(beside(file, [value[len(FILE_PREFIX) :]])[0])
-            values["secret_files"] = (*values.get("secret_files", ()), key_file)
-            value = _key_from_file(file, value[len(FILE_PREFIX) :])
-        if key == "data_dir" and isinstance(value, str):
-            value = Path(value).expanduser()
-        elif key == "ledger" and isinstance(value, str) and "://" not in value:
-            value = str(Path(value).expanduser())
-        values[key] = value
+            raise _unknown(file, key)
+        if value is not None:  # written but empty: the default
+            values[key] = _placed(file, key, _checked(file, key, value), secret_files)
     try:
-        return base.replace(**values)  # which checks prices and budgets
+        return base.replace(**values, secret_files=tuple(secret_files))  # which checks prices and budgets
     except SettingsError as exc:
         raise SettingsError(f"{file}: {exc}") from exc

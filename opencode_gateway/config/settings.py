@@ -117,8 +117,8 @@ class Settings:
     sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
     sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
     sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
-    executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (ray_executor.py)
-    # OpenTelemetry traces (traces.py); None: only when OTEL_EXPORTER_OTLP_* names a collector
+    executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (batch/ray_cluster.py)
+    # OpenTelemetry traces (observability/traces.py); None: only when OTEL_EXPORTER_OTLP_* names a collector
     otel: Mapping[str, Any] | None = None
     metrics_token: str | None = field(default=None, repr=False)  # serve's /metrics, besides the admin token
     metrics_labels: tuple[str, ...] = ()  # metadata keys serve's metrics are labelled by (a bounded set)

@@ -25,7 +25,7 @@ class Hooks(Protocol):
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
         """Awaited before a request is forwarded: the runner holds a request until OpenCode's
-        events it follows from are delivered (ordering.py)."""
+        events it follows from are delivered (runs/ordering.py)."""
 
     async def checked(self) -> str | None:
         """Awaited before any request is forwarded: None lets it through, a text refuses it (403).

@@ -1,5 +1,5 @@
 """How long the endpoint waits on an upstream and how much of a request it reads: one frozen value
-that checks itself (settings.py composes it from the settings; wiring.py and assembly.py hand its
+that checks itself (config/settings.py composes it from the settings; runs/wiring.py and runs/assembly.py hand its
 parts to the upstreams and the endpoint). Stdlib only: settings import it at every start."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class Target:
     """Where a request goes and whose it is: one for a whole run; one per OpenCode session when
-    a long-lived server serves many (serve.py)."""
+    a long-lived server serves many (serve/server.py)."""
 
     model: str  # the model string, as the user gave it
     upstream: Upstream

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import BudgetExceeded, PreflightError, one_line
+from ..errors import BudgetExceeded, GatewayError, PreflightError, one_line
 from .protocol import is_budget_error
 
 __all__ = ["check_gateway"]
@@ -46,26 +46,8 @@ async def check_gateway(
                 "is it running, and is --api-base / LITELLM_PROXY_API_BASE right?",
                 check="reachable",
             ) from None
-        if not api_key and response.status_code != 200:
-            raise PreflightError(
-                f"no key is set for the LiteLLM gateway at {base_url}: set LITELLM_PROXY_API_KEY "
-                "(or pass --api-key) to a virtual key of the gateway",
-                check="key",
-            )
-        if response.status_code in (401, 403):
-            raise PreflightError(
-                f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
-                f"{_refusal_text(response)}): check --api-key / LITELLM_PROXY_API_KEY",
-                check="key",
-            )
-        if response.status_code != 200 and is_budget_error(response.content):
-            raise BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_refusal_text(response)}")
         if response.status_code != 200:
-            raise PreflightError(
-                f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
-                f"{response.status_code}: {_refusal_text(response)}",
-                check="reachable",
-            )
+            raise _refusal(response, base_url, api_key)
         allowed = [str(m.get("id")) for m in response.json().get("data", []) if isinstance(m, dict)]
         if group in allowed or not allowed or any("*" in name for name in allowed):
             return
@@ -78,6 +60,30 @@ async def check_gateway(
     finally:
         if owned:
             await client.aclose()
+
+
+def _refusal(response: httpx.Response, base_url: str, api_key: str | None) -> GatewayError:
+    """What a gateway's refusal of /v1/models means (no key, a refused key, a spent budget, or
+    something else), each with its fix."""
+    if not api_key:
+        return PreflightError(
+            f"no key is set for the LiteLLM gateway at {base_url}: set LITELLM_PROXY_API_KEY "
+            "(or pass --api-key) to a virtual key of the gateway",
+            check="key",
+        )
+    if response.status_code in (401, 403):
+        return PreflightError(
+            f"the LiteLLM gateway at {base_url} refused the key (HTTP {response.status_code}: "
+            f"{_refusal_text(response)}): check --api-key / LITELLM_PROXY_API_KEY",
+            check="key",
+        )
+    if is_budget_error(response.content):
+        return BudgetExceeded(f"the LiteLLM gateway at {base_url} refuses the key: {_refusal_text(response)}")
+    return PreflightError(
+        f"the LiteLLM gateway at {base_url} answered /v1/models with HTTP "
+        f"{response.status_code}: {_refusal_text(response)}",
+        check="reachable",
+    )
 
 
 async def _key_info(client: httpx.AsyncClient, base_url: str, headers: dict[str, str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The OpenTelemetry SDK's side of traces.py, imported only when traces are asked for (the `otel`
+"""The OpenTelemetry SDK's side of observability/traces.py, imported only when traces are asked for (the `otel`
 extra): the tracer provider with ids a trace's root can fix, and an OTLP exporter behind a bounded
 batch queue that warns, once, when the collector cannot be reached."""
 

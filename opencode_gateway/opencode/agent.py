@@ -1,7 +1,7 @@
 """What OpenCode is told to be in a run or a launch: its models, agent, permissions, tools, MCP
 servers, the user's own config and the variables passed to it on purpose.
 
-One frozen value that checks itself, built from the settings (settings.py composes it), so this
+One frozen value that checks itself, built from the settings (config/settings.py composes it), so this
 package never reads the settings and a bad value fails before anything starts, naming the fix.
 """
 

@@ -129,13 +129,7 @@ class GitControl:
                 continue  # behind a symlink the run made (it may point anywhere), or a folder: not touched
             path.unlink(missing_ok=True)
             if relative in self.files:
-                content, mode = self.files[relative]
-                if stat.S_ISLNK(mode):
-                    os.symlink(content.decode(), path)
-                else:
-                    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, stat.S_IMODE(mode))
-                    with os.fdopen(descriptor, "wb") as out:
-                        out.write(content)
+                _put_back(path, *self.files[relative])
         warnings = (
             [
                 f"the run changed files git runs or reads its settings from ({', '.join(map(quoted, changed))}): "
@@ -156,3 +150,14 @@ def _reached_directly(path: Path) -> bool:
     """Whether no folder on the way to `path` is a symlink (the workdir's own path is resolved):
     restoring a file must never write through one the agent made, to a file outside the workdir."""
     return os.path.realpath(path.parent) == str(path.parent)
+
+
+def _put_back(path: Path, content: bytes, mode: int) -> None:
+    """A control file (or symlink) as it was, where the run removed or replaced it: never through
+    a symlink, and only where nothing is now."""
+    if stat.S_ISLNK(mode):
+        os.symlink(content.decode(), path)
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, stat.S_IMODE(mode))
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(content)

@@ -46,7 +46,7 @@ INSTALL_HINT = "install it with `apt-get install bubblewrap socat` (Debian packa
 @functools.cache
 @dataclass(frozen=True)
 class SandboxConfig:
-    """How a user asked runs to be confined (settings.py composes it from the settings)."""
+    """How a user asked runs to be confined (config/settings.py composes it from the settings)."""
 
     kind: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none"
     network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"

@@ -142,6 +142,16 @@ def _compacted_after_overflow(events: Sequence[Event], records: Sequence[Request
     return any(r.purpose == "main" for r in after) and all(r.ok for r in after)
 
 
+def _reported(error: Error, failed: RequestRecord | None) -> GatewayError:
+    """OpenCode's last error event: an upstream's (in the upstream's own words, when the endpoint
+    saw the failed request) or OpenCode's own."""
+    if error.status_code is None:
+        return OpenCodeError(f"OpenCode reported {error.name}: {error.message}", name=error.name)
+    if failed is not None and failed.status_code >= 400:
+        return UpstreamError(failed.error or error.message, status_code=failed.status_code)
+    return UpstreamError(error.message, status_code=error.status_code)
+
+
 def _run_error(
     events: Sequence[Event], records: Sequence[RequestRecord], exit: ProcessExit, fatal: RequestRecord | None
 ) -> GatewayError | None:
@@ -152,13 +162,8 @@ def _run_error(
     if _compacted_after_overflow(events, records):
         return None
     error_event = next((e for e in reversed(events) if isinstance(e, Error)), None)
-    failed = next((r for r in reversed(records) if not r.ok), None)
     if error_event is not None:
-        if failed is not None and failed.status_code >= 400 and error_event.status_code is not None:
-            return UpstreamError(failed.error or error_event.message, status_code=failed.status_code)
-        if error_event.status_code is not None:
-            return UpstreamError(error_event.message, status_code=error_event.status_code)
-        return OpenCodeError(f"OpenCode reported {error_event.name}: {error_event.message}", name=error_event.name)
+        return _reported(error_event, next((r for r in reversed(records) if not r.ok), None))
     if exit.exit_code:
         last = exit.stderr_tail.strip().splitlines()[-1:] or ["(no stderr)"]
         return OpenCodeFailed(

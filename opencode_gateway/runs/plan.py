@@ -64,7 +64,8 @@ def _check_session(settings: Settings, session_id: str | None, workdir: Path) ->
     return store
 
 
-def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
+def _refuse_unsupported(options: RunOptions) -> None:
+    """What the harness API has and OpenCode cannot do, each with what to do instead."""
     if options.get("tools") is not None:
         raise CapabilityUnsupported(
             "custom Python tools are not supported: OpenCode runs its own tools in its own process and a "
@@ -75,16 +76,29 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
             "a conversation history cannot be injected: OpenCode keeps its own sessions; continue an earlier run "
             "with session_id=<its RunResult.session_id>"
         )
-    overrides: dict[str, Any] = {name: value for name, value in options.items() if name not in PER_RUN}
-    if overrides.get("skills") is not None:
-        overrides["skills"] = [str(folder) for folder in overrides["skills"]]
-    settings = (options.get("settings") or Settings()).replace(**overrides).validated()
+
+
+def _check_prompt(prompt: str) -> None:
     if not prompt.strip():
         raise SettingsError("the prompt is empty: give the task to run")
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as exc:  # undecodable bytes of argv arrive as lone surrogates
         raise SettingsError(f"the prompt is not UTF-8 text (character {exc.start}): give the task as UTF-8") from None
+
+
+def _settings(options: RunOptions) -> RunSettings:
+    """The run's settings: its `settings` (or the defaults) with its per-run options over them."""
+    overrides: dict[str, Any] = {name: value for name, value in options.items() if name not in PER_RUN}
+    if overrides.get("skills") is not None:
+        overrides["skills"] = [str(folder) for folder in overrides["skills"]]
+    return (options.get("settings") or Settings()).replace(**overrides).validated()
+
+
+def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
+    _refuse_unsupported(options)
+    settings = _settings(options)
+    _check_prompt(prompt)
     cwd = Path(options.get("workdir", ".")).expanduser().resolve()
     if not cwd.is_dir():
         raise SettingsError(f"workdir {cwd} is not a directory")

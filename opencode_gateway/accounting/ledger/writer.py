@@ -77,7 +77,7 @@ def _request_row(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
 
 class RunLedger(Protocol):
     """What a run's account writes to, and asks its period caps of: the Ledger, or a channel to
-    one in another process (a Ray worker's, ray_executor.py)."""
+    one in another process (a Ray worker's, batch/ray_cluster.py)."""
 
     def start_run(
         self,
