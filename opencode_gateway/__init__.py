@@ -35,6 +35,7 @@ from .runs.files import FileChange
 
 if TYPE_CHECKING:
     from .api import arun, astream, run, stream
+    from .opencode.recorded import RecordedOpenCode
     from .runs.result import OutputInvalid, RunResult
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "OpenCodeNotFound",
     "OutputInvalid",
     "PreflightError",
+    "RecordedOpenCode",
     "RunResult",
     "RunTimeout",
     "Settings",
@@ -71,6 +73,10 @@ def __getattr__(name: str) -> Any:
         from .runs import result
 
         return getattr(result, name)
+    if name == "RecordedOpenCode":
+        from .opencode import recorded
+
+        return recorded.RecordedOpenCode
     if name in ("arun", "astream", "run", "stream"):
         from . import api
 

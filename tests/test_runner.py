@@ -1,5 +1,5 @@
-"""A run, start to end, with OpenCode replaced by a recording of its real output (tests/support/
-replay.py) and everything else real: the endpoint on uvicorn, the scripted model behind it as a
+"""A run, start to end, with OpenCode replaced by a recording of its real output (the public
+stand-in RecordedOpenCode, given as `opencode=`; no OpenCode needed) and everything else real: the endpoint on uvicorn, the scripted model behind it as a
 gateway, the account, the ledger, the conclusion. The real OpenCode runs in tests/e2e/test_runner.py."""
 
 from __future__ import annotations
@@ -10,27 +10,34 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from opencode_gateway.config.settings import Settings
-from opencode_gateway.runs.plan import prepare
-from opencode_gateway.runs.result import RunResult
-from opencode_gateway.runs.runner import Parts, execute
+import pytest
+
+from opencode_gateway import RunResult, Settings, arun
 from tests.support.replay import replaying
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 GATEWAY = "litellm_proxy/gpt-4o-mini"
 
 
+@pytest.fixture
+def settings(data_dir: Path, tmp_path: Path) -> Settings:
+    """A run's settings without an opencode binary: the stand-in replaces it."""
+    return Settings(data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db", opencode_bin="/nonexistent/opencode")
+
+
 def _run(upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: str, **options: Any) -> RunResult:
-    plan = prepare(
-        "Say hello",
-        model=GATEWAY,
-        api_base=upstream.url,
-        api_key="sk-virtual",
-        workdir=workdir,
-        settings=settings.replace(sandbox="none"),
-        **options,
+    return asyncio.run(
+        arun(
+            "Say hello",
+            model=GATEWAY,
+            api_base=upstream.url,
+            api_key="sk-virtual",
+            workdir=workdir,
+            settings=settings.replace(sandbox="none"),
+            opencode=replaying(sample),
+            **options,
+        )
     )
-    return asyncio.run(execute(plan, parts=Parts(opencode=replaying(sample))))
 
 
 def test_a_replayed_turn_is_priced_recorded_and_answered(
@@ -106,3 +113,26 @@ def test_a_purposes_route_takes_its_calls_whatever_model_they_name() -> None:
     assert route({}, "openai/gpt-4.1-nano", "title").model == "openai/gpt-4o"
     assert route({}, "openai/gpt-4.1-nano", "summary").model == "openai/gpt-4.1-nano"  # no route: as OpenCode sent it
     assert route({}, "openai/gpt-4.1", "main").model == "openai/gpt-4o-mini"  # a route is no model to pick
+
+
+def test_a_stand_in_that_is_no_maker_of_opencode_is_refused_before_anything_runs(
+    settings: Settings, workdir: Path
+) -> None:
+    from opencode_gateway.api import check
+    from opencode_gateway.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="opencode must be a stand-in such as RecordedOpenCode, not str"):
+        check("Say hello", model="openai/gpt-4o-mini", api_key="sk", workdir=workdir, settings=settings, opencode="x")
+
+
+def test_a_recording_is_cut_into_steps_where_opencode_made_a_request() -> None:
+    from opencode_gateway import RecordedOpenCode
+
+    lines = [
+        '{"type": "step_start", "sessionID": "s"}',
+        '{"type": "text", "sessionID": "s", "part": {"text": "hi"}}',
+        '{"type": "step_finish", "sessionID": "s"}',
+        '{"type": "error", "sessionID": "s", "error": {"name": "APIError"}}',  # a request with no step
+        "",
+    ]
+    assert [len(step) for step in RecordedOpenCode.from_lines(lines).steps] == [3, 1]

@@ -43,6 +43,8 @@ class RunOptions(TypedDict, total=False):
     approvals: a policy ({"rules": {tool: answer | {pattern: answer}}, "default": answer}, answers
         "allow", "deny" or "ask"); approve: fn(ApprovalRequest) -> "allow" | "deny" | Approval
         (or an async fn), asked what the policy asks about; approval_timeout: seconds, then a deny.
+    opencode: a stand-in for OpenCode, e.g. RecordedOpenCode.from_file(path) (replays a recorded
+        run; for tests of code that runs OpenCode, without OpenCode).
     settings: the rest (a Settings, e.g. from load_settings); the options above override it.
     tools, history: not supported (CapabilityUnsupported says why).
     """
@@ -72,12 +74,22 @@ class RunOptions(TypedDict, total=False):
     approvals: Any
     approval_timeout: float
     approve: Any
+    opencode: Any
     settings: Settings
     tools: Any
     history: Any
 
 
-PER_RUN = ("workdir", "output", "session_id", "settings", "tools", "history", "approve")  # not settings: this run's own
+PER_RUN = (
+    "workdir",
+    "output",
+    "session_id",
+    "settings",
+    "tools",
+    "history",
+    "approve",
+    "opencode",
+)  # not settings: this run's own
 TASK_OPTIONS = (
     "model",
     "small_model",

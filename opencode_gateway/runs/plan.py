@@ -4,6 +4,7 @@ and raises what is wrong; `runner.execute(plan)` runs it: the plan is data the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from ..config.settings import RunSettings, Settings
 from ..errors import CapabilityUnsupported, SettingsError
 from ..opencode import config as oc_config
 from ..opencode.binary import find_opencode
+from ..opencode.process import OpenCodeProcess
 from ..opencode.sandbox import resolve_sandbox
 from ..opencode.sessions import session_directory, session_store
 from ..opencode.skills import Skill, load_skills
@@ -41,6 +43,7 @@ class Plan:
     sandbox: str  # "bwrap" or "none": what `settings.sandbox` comes to on this machine
     notes: tuple[str, ...]  # warnings found before the run (auto fell back to no sandbox)
     approve: Approve | None = None  # who answers what the policy asks about (the API's callback)
+    opencode: Callable[..., OpenCodeProcess] | None = None  # a stand-in for OpenCode (RecordedOpenCode)
 
     @property
     def asks(self) -> bool:
@@ -113,6 +116,9 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     approve = options.get("approve")
     if approve is not None and not callable(approve):
         raise SettingsError(f"approve must be a function of an ApprovalRequest, not {type(approve).__name__}")
+    stand_in = options.get("opencode")
+    if stand_in is not None and not callable(stand_in):
+        raise SettingsError(f"opencode must be a stand-in such as RecordedOpenCode, not {type(stand_in).__name__}")
     session_id = options.get("session_id")
     resumed_store = _check_session(settings, session_id, cwd)
     notes: list[str] = []
@@ -124,12 +130,13 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         settings=settings,
         prompt=prompt + (spec.prompt_suffix() if spec else ""),
         workdir=cwd,
-        binary=find_opencode(settings.opencode_bin, settings.data_dir),
+        binary="opencode" if stand_in is not None else find_opencode(settings.opencode_bin, settings.data_dir),
         session_id=session_id,
         resumed_store=resumed_store,
         skills=loaded_skills,
         output=spec,
         approve=approve,
+        opencode=stand_in,
         sandbox=confinement,
         notes=tuple(notes),
     )

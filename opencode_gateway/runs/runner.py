@@ -74,6 +74,8 @@ async def execute(
 ) -> RunResult:
     """Run `plan`. The run's rows go to its settings' ledger, or to `ledger` (a batch
     task on a Ray worker sends them to the driver's)."""
+    if plan.opencode is not None:  # the run's stand-in for OpenCode
+        parts = dataclasses.replace(parts, opencode=plan.opencode)
     own = None
     if ledger is None:
         own = ledger = Ledger(plan.settings.ledger_location)  # a bad ledger file fails here, before OpenCode starts
