@@ -136,3 +136,26 @@ def test_a_recording_is_cut_into_steps_where_opencode_made_a_request() -> None:
         "",
     ]
     assert [len(step) for step in RecordedOpenCode.from_lines(lines).steps] == [3, 1]
+
+
+def test_a_run_that_made_no_request_cost_zero_in_its_result_its_row_and_the_report(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path
+) -> None:
+    from opencode_gateway import RecordedOpenCode
+    from opencode_gateway.accounting.report import build_report
+
+    result = asyncio.run(
+        arun(
+            "Say hello",
+            model=GATEWAY,
+            api_base=upstream.url,
+            api_key="sk-virtual",
+            workdir=workdir,
+            settings=settings.replace(sandbox="none"),
+            opencode=RecordedOpenCode.from_lines([]),
+        )
+    )
+    assert result.usage.requests == 0 and result.cost == 0.0 and upstream.requests == []
+    row = sqlite3.connect(settings.ledger_location.path).execute("SELECT requests, cost FROM runs").fetchone()
+    assert row == (0, 0.0)
+    assert build_report(settings.ledger_location, by="run").total.cost == 0.0
