@@ -82,7 +82,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         body = await json_body(request, endpoint.max_body_bytes, parsing[bearer(request.headers) or ""])
         if isinstance(body, Response):
             return body
-        if (refused := await endpoint.hooks.checked()) is not None:
+        if (refused := await endpoint.gates.checked()) is not None:
             return error_response(refused, 403, "preflight_failed")
         purpose = request_purpose(body)  # read before the body is cleaned: what OpenCode sent
         try:
@@ -92,7 +92,7 @@ def create_app(endpoint: Endpoint, routes: Sequence[Route] = ()) -> Starlette:
         body = _forwarded(body, target)
         stream = bool(body.get("stream"))
         call = Call(endpoint, target, stream, body, request.headers.get("x-session-id"), purpose)
-        await endpoint.hooks.follows(call.session_id, body)
+        await endpoint.gates.follows(call.session_id, body)
         account = target.account
         reservation = account.reserve(body, [target.model, target.upstream.model], purpose)
         refusal = await account.admit(call.request_id, reservation)

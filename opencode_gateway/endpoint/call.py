@@ -24,7 +24,7 @@ from ..accounting.records import Purpose, RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
 from ..litellm_gateway.protocol import is_budget_error
-from .hooks import NO_HOOKS, Hooks
+from .hooks import NO_GATES, NO_OBSERVERS, Gates, Observers
 from .http import bearer, error_body, error_message, error_response
 from .routing import Router, Target
 from .upstream import StreamStalled, UpstreamReply
@@ -60,7 +60,8 @@ class Endpoint:
     first_byte_timeout: float = 300.0  # from forwarding a request to the upstream's answer
     max_body_bytes: int = 32 * 1024 * 1024
     keep_answers: bool = False  # each record carries the text of its answer (a run's answer is taken from them)
-    hooks: Hooks = NO_HOOKS  # what a run's endpoint tells the run, and asks of it
+    observers: Observers = NO_OBSERVERS  # what a run's endpoint tells the run
+    gates: Gates = NO_GATES  # what a request waits for, and may be refused by
 
     def authorized(self, headers: Mapping[str, str]) -> bool:
         token = bearer(headers)
@@ -142,7 +143,7 @@ class Call:
                 attempt + 1,
                 endpoint.retry.attempts,
             )
-            endpoint.hooks.retrying(reply.status_code, attempt + 1, delay)
+            endpoint.observers.retrying(reply.status_code, attempt + 1, delay)
             await asyncio.sleep(delay)
         self.ttfb = time.monotonic() - self.started
         return reply
@@ -287,11 +288,11 @@ def _record_stream(
 def _stream_reader(endpoint: Endpoint, session_id: str | None) -> StreamUsageReader:
     """What a relayed stream is read for: its usage, and, as the endpoint asks, its text for an
     estimate, each piece passed on live, the answer kept."""
-    hooks = endpoint.hooks
+    observers = endpoint.observers
     return StreamUsageReader(
         collect_text=endpoint.estimate_usage,
         keep_answer=endpoint.keep_answers,
-        on_text=(lambda kind, piece: hooks.streamed(session_id, kind, piece)) if hooks.streams_text else None,
+        on_text=(lambda kind, piece: observers.streamed(session_id, kind, piece)) if observers.streams_text else None,
     )
 
 

@@ -1,16 +1,17 @@
-"""What a run's endpoint tells the run as requests go, and what it asks of it before forwarding
-one: one protocol, as httpx's event hooks are, instead of four loose callbacks. `serve`'s endpoint
-has none of a run's (NO_HOOKS)."""
+"""What a run's endpoint tells the run as requests go (observers: notifications, which decide
+nothing), and what it asks of the run before forwarding a request (gates: a request waits for
+them, and a gate may refuse it). Two protocols, as httpx's event hooks are, instead of loose
+callbacks; `serve`'s endpoint has none of a run's (NO_OBSERVERS, NO_GATES)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["NO_HOOKS", "Hooks", "NoHooks"]
+__all__ = ["NO_GATES", "NO_OBSERVERS", "Gates", "NoGates", "NoObservers", "Observers"]
 
 
-class Hooks(Protocol):
+class Observers(Protocol):
     @property
     def streams_text(self) -> bool:
         """Whether `streamed` wants every piece (reading each chunk of every stream costs)."""
@@ -23,18 +24,20 @@ class Hooks(Protocol):
         """A piece of streamed text or reasoning, or a tool the model calls, as it passes:
         (OpenCode session, "text" | "reasoning" | "tool", piece or tool name)."""
 
-    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        """Awaited before a request is forwarded: the runner holds a request until OpenCode's
-        events it follows from are delivered (runs/ordering.py)."""
 
+class Gates(Protocol):
     async def checked(self) -> str | None:
         """Awaited before any request is forwarded: None lets it through, a text refuses it (403).
         A run checks its gateway (or provider) while OpenCode starts, and OpenCode's first request
         waits for the answer."""
 
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        """Awaited before a request is forwarded: the runner holds a request until OpenCode's
+        events it follows from are delivered (runs/ordering.py)."""
 
-class NoHooks:
-    """Nothing to tell, nothing to wait for."""
+
+class NoObservers:
+    """Nothing to tell."""
 
     streams_text = False
 
@@ -44,11 +47,16 @@ class NoHooks:
     def streamed(self, session_id: str | None, kind: str, piece: str) -> None:
         return None
 
-    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        return None
+
+class NoGates:
+    """Nothing to wait for: every request goes through."""
 
     async def checked(self) -> str | None:
         return None
 
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        return None
 
-NO_HOOKS = NoHooks()
+
+NO_OBSERVERS = NoObservers()
+NO_GATES = NoGates()

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from starlette.routing import Route
 
     from ..approvals.host import Approvals, Decided
-    from ..endpoint.hooks import Hooks
+    from ..endpoint.hooks import Gates, Observers
     from ..endpoint.routing import RunRouter, Target
     from ..endpoint.upstream import Upstream
 
@@ -126,7 +126,8 @@ def endpoint_app(
     token: str,
     where: Mapping[str, Target],
     account: RunAccount,
-    hooks: Hooks,
+    observers: Observers,
+    gates: Gates,
     routes: Sequence[Route] = (),
 ) -> Starlette:
     """The run's endpoint: its token, its targets, the run's secrets scrubbed from what it says,
@@ -142,7 +143,8 @@ def endpoint_app(
             first_byte_timeout=settings.upstream_limits.first_byte_timeout,
             max_body_bytes=settings.upstream_limits.max_body_bytes,
             keep_answers=True,
-            hooks=hooks,
+            observers=observers,
+            gates=gates,
         ),
         routes,
     )

@@ -100,8 +100,25 @@ def _interruption(exc: BaseException) -> str:
     return f"failed inside opencode-gateway: {type(exc).__name__}: {exc}"
 
 
-class _Hooks:
-    """What the run's endpoint tells the run, and waits for (endpoint/hooks.py)."""
+class _Gates:
+    """What a request to the run's endpoint waits for (endpoint/hooks.py): the approval plugin's
+    hello and the preflight (either may refuse it), and OpenCode's events it follows from."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    async def checked(self) -> str | None:
+        if self.run.approvals is not None and (unloaded := await self.run.approvals.loaded()) is not None:
+            return unloaded
+        return None if self.run.preflight is None else await self.run.preflight.refusal()
+
+    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
+        self.run.offered.update(tool_names(body))
+        await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
+
+
+class _Observers:
+    """What the run's endpoint tells the run (endpoint/hooks.py): retries, and the live text."""
 
     def __init__(self, run: _Run) -> None:
         self.run = run
@@ -109,11 +126,6 @@ class _Hooks:
     @property
     def streams_text(self) -> bool:
         return self.run.deltas
-
-    async def checked(self) -> str | None:
-        if self.run.approvals is not None and (unloaded := await self.run.approvals.loaded()) is not None:
-            return unloaded
-        return None if self.run.preflight is None else await self.run.preflight.refusal()
 
     def retrying(self, status_code: int, attempt: int, delay: float) -> None:
         self.run.seen(UpstreamRetry(None, status_code=status_code, attempt=attempt, delay_s=round(delay, 3)))
@@ -123,10 +135,6 @@ class _Hooks:
         piece is redacted as it comes (a secret split over two pieces is caught in the whole Text)."""
         if self.run.on_event is not None:
             self.run.on_event(redacted(live_event(session_id, kind, piece), self.run.secrets))
-
-    async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        self.run.offered.update(tool_names(body))
-        await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
 
 
 def _happened(
@@ -304,7 +312,7 @@ class _Run:
             warm = asyncio.ensure_future(asyncio.to_thread(warm_up, settings, self.plan.session_id))
             where.update(targets(settings, tagging, self.account, self.parts))
             routes = self.approvals.routes() if self.approvals else ()
-            server.app = endpoint_app(settings, self.token, where, self.account, _Hooks(self), routes)
+            server.app = endpoint_app(settings, self.token, where, self.account, _Observers(self), _Gates(self), routes)
             async with server:
                 ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
             if self.preflight is not None:

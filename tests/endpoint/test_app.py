@@ -15,7 +15,7 @@ import respx
 from opencode_gateway.accounting.records import RequestRecord
 from opencode_gateway.accounting.run import RunAccount
 from opencode_gateway.endpoint.app import Endpoint, Target, create_app
-from opencode_gateway.endpoint.hooks import NoHooks
+from opencode_gateway.endpoint.hooks import NoGates
 from opencode_gateway.endpoint.routing import RunRouter
 from opencode_gateway.endpoint.tagging import Tagging
 from opencode_gateway.endpoint.upstream import ProxyUpstream
@@ -251,7 +251,7 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
     )
     passed = asyncio.Event()
 
-    class Checking(NoHooks):
+    class Checking(NoGates):
         async def checked(self) -> str | None:
             await passed.wait()
             return None
@@ -261,7 +261,7 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
         router=RunRouter(
             TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), RunAccount(on_record=records.append))
         ),
-        hooks=Checking(),
+        gates=Checking(),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         request = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat(), headers=AUTH))
@@ -275,7 +275,7 @@ async def test_no_request_is_forwarded_before_the_gateway_check_passed(
 async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
     gateway: respx.MockRouter, records: list[RequestRecord]
 ) -> None:
-    class Refusing(NoHooks):
+    class Refusing(NoGates):
         async def checked(self) -> str | None:
             return "the key may not use model group 'coder'"
 
@@ -284,7 +284,7 @@ async def test_a_failed_gateway_check_refuses_every_request_unforwarded(
         router=RunRouter(
             TOKEN, Target("litellm_proxy/coder", upstream, Tagging(), RunAccount(on_record=records.append))
         ),
-        hooks=Refusing(),
+        gates=Refusing(),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(endpoint)), base_url="http://e") as c:
         response = await c.post("/v1/chat/completions", json=chat(), headers=AUTH)
