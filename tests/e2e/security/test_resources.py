@@ -115,7 +115,7 @@ MEASURED = r"""
 import json, resource, sys
 from pathlib import Path
 from opencode_gateway import run
-from opencode_gateway.settings import Settings
+from opencode_gateway.config.settings import Settings
 url, binary, data_dir, workdir = sys.argv[1:5]
 settings = Settings(opencode_bin=binary, data_dir=Path(data_dir), timeout=300, ledger=Path(data_dir) / "ledger.db",
                     sandbox_allow_read=(sys.base_prefix,))
