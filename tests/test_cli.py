@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.accounting.ledger import Ledger
+from tests.support.builders import run_row
 from tests.support.cli import cli
 
 CLI = [sys.executable, "-m", "opencode_gateway"]
@@ -52,14 +53,16 @@ def test_report_before_any_run_is_empty_not_an_error_and_has_the_usual_shape(tmp
 def test_report_by_a_word_that_is_no_dimension_nor_metadata_key_is_exit_2(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.start_run(
-        run_id="r1",
-        started_at=0.0,
-        model="m",
-        mode="sdk",
-        workdir="/w",
-        metadata={"ticket": "ENG-1"},
-        tags=(),
-        session_id=None,
+        run_row(
+            "r1",
+            started_at=0.0,
+            model="m",
+            mode="sdk",
+            workdir="/w",
+            metadata={"ticket": "ENG-1"},
+            tags=(),
+            session_id=None,
+        )
     )
     ledger.close()
     result = cli("report", "--by", "modle", "--ledger", str(tmp_path / "ledger.db"))

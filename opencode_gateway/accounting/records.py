@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .pricing import Cost
 from .usage import Usage
 
-__all__ = ["ApprovalRecord", "Purpose", "RequestRecord", "RunOutcome", "RunUsage", "StopReason", "cache_saved"]
+__all__ = [
+    "ApprovalRecord",
+    "Purpose",
+    "RequestRecord",
+    "RunOutcome",
+    "RunRow",
+    "RunUsage",
+    "StopReason",
+    "cache_saved",
+]
 
 # How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
 StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
@@ -96,6 +105,29 @@ class RunUsage(Usage):
 
     def to_dict(self) -> dict[str, int]:
         return {**super().to_dict(), "requests": self.requests, "usage_missing_requests": self.usage_missing_requests}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run's row in the ledger, one value wherever it goes (the ledger on either backend, the
+    Ray driver's queue): what the run is, written when it opens, and how it went, its totals and,
+    once it ended, when and how (`stop_reason` set), written as it goes."""
+
+    run_id: str
+    started_at: float
+    model: str
+    mode: str
+    workdir: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    owner: str | None = None  # the process running it (host:pid:start time); None: this one
+    session_id: str | None = None
+    ended_at: float | None = None
+    stop_reason: str | None = None  # a RunOutcome, or "abandoned"
+    error: str | None = None
+    usage: RunUsage = RunUsage()
+    cost: float | None = 0.0  # None when any request could not be priced
+    unpriced: int = 0
 
 
 def cache_saved(records: Iterable[RequestRecord]) -> float | None:

@@ -31,10 +31,10 @@ from typing import Any
 from .budget import WAIT, Budget, Claim, PeriodBudget, Refusal, Spent
 from .ledger import RunLedger
 from .pricing import Pricer
-from .records import ApprovalRecord, Purpose, RequestRecord, RunOutcome, RunUsage
+from .records import ApprovalRecord, Purpose, RequestRecord, RunOutcome, RunRow, RunUsage
 from .usage import Usage
 
-__all__ = ["DEFAULT_OUTPUT_RESERVE", "RunAccount", "RunRow", "Totals", "reservation_usage", "totals"]
+__all__ = ["DEFAULT_OUTPUT_RESERVE", "LedgerRow", "RunAccount", "Totals", "reservation_usage", "totals"]
 
 # The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -143,14 +143,14 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
     return sums.usage, sums.cost, tuple(warnings)
 
 
-class RunRow:
-    """A run's row in the ledger (nothing without a ledger): opened before anything is sent,
-    updated with the run's totals, closed once."""
+class LedgerRow:
+    """A run's row in the ledger (nothing without a ledger), kept as one RunRow value: opened
+    before anything is sent, written again with the run's totals as they grow, closed once."""
 
     def __init__(self, ledger: RunLedger | None, run_id: str, totals: Totals) -> None:
         self.ledger = ledger
-        self.run_id = run_id
         self.totals = totals
+        self.value = RunRow(run_id, 0.0, "", "", "")
         self.finished = False
 
     def open(
@@ -164,17 +164,18 @@ class RunRow:
         session_id: str | None,
     ) -> None:
         """The run's ledger row (a bad ledger fails here, before anything is sent)."""
+        self.value = dataclasses.replace(
+            self.value,
+            started_at=time.time(),
+            model=model,
+            mode=mode,
+            workdir=workdir,
+            metadata=metadata,
+            tags=tuple(tags),
+            session_id=session_id,
+        )
         if self.ledger is not None:
-            self.ledger.start_run(
-                run_id=self.run_id,
-                started_at=time.time(),
-                model=model,
-                mode=mode,
-                workdir=workdir,
-                metadata=metadata,
-                tags=tags,
-                session_id=session_id,
-            )
+            self.ledger.start_run(self.value)
 
     def update(
         self,
@@ -185,17 +186,19 @@ class RunRow:
         error: str | None = None,
     ) -> None:
         """The run's row with its totals so far (and, once it has ended, how)."""
+        totals = self.totals
+        self.value = dataclasses.replace(
+            self.value,
+            ended_at=ended_at,
+            session_id=session_id or self.value.session_id,
+            stop_reason=stop_reason,
+            error=error,
+            usage=totals.usage,
+            cost=totals.cost,
+            unpriced=totals.unpriced,
+        )
         if self.ledger is not None:
-            self.ledger.update_run(
-                run_id=self.run_id,
-                ended_at=ended_at,
-                session_id=session_id,
-                stop_reason=stop_reason,
-                error=error,
-                usage=self.totals.usage,
-                cost=self.totals.cost,
-                unpriced=self.totals.unpriced,
-            )
+            self.ledger.update_run(self.value)
 
     def finish(self, session_id: str | None, stop_reason: RunOutcome, error: str | None) -> None:
         """Close the run's row, once (a later call changes nothing), and wait until it is committed."""
@@ -236,7 +239,7 @@ class RunAccount:
         self.periods = tuple(periods) if history is not None else ()
         self.history = history
         self.totals = Totals()
-        self.row = RunRow(ledger, self.run_id, self.totals)  # the run's row in the ledger
+        self.row = LedgerRow(ledger, self.run_id, self.totals)  # the run's row in the ledger
         self.refusal: Refusal | None = None  # why the first refused call was refused
         self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}

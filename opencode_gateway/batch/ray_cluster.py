@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from .._litellm import owning_loop
 from ..accounting.budget import Claim, Verdict, period_caps
 from ..accounting.ledger import Ledger, LedgerLocation, this_process
-from ..accounting.records import ApprovalRecord, RequestRecord, RunUsage
+from ..accounting.records import ApprovalRecord, RequestRecord, RunRow
 from ..config.settings import Settings
 from ..credentials import refuse_inspection
 from ..errors import GatewayError, SettingsError
@@ -60,8 +61,8 @@ class _QueuedLedger:
         self.failure = None
         self._asking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-read")
 
-    def start_run(self, **run: Any) -> None:
-        self.queue.put(("start", self.task_id, {**run, "owner": this_process()}))
+    def start_run(self, row: RunRow) -> None:
+        self.queue.put(("start", self.task_id, dataclasses.replace(row, owner=this_process())))
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
         self.queue.put(("record", run_id, record))
@@ -69,33 +70,8 @@ class _QueuedLedger:
     def record_approval(self, run_id: str, record: ApprovalRecord) -> None:
         self.queue.put(("approval", run_id, record))
 
-    def update_run(
-        self,
-        *,
-        run_id: str,
-        ended_at: float | None,
-        session_id: str | None,
-        stop_reason: str | None,
-        error: str | None,
-        usage: RunUsage,
-        cost: float | None,
-        unpriced: int,
-    ) -> None:
-        self.queue.put(
-            (
-                "update",
-                run_id,
-                dict(
-                    ended_at=ended_at,
-                    session_id=session_id,
-                    stop_reason=stop_reason,
-                    error=error,
-                    usage=usage,
-                    cost=cost,
-                    unpriced=unpriced,
-                ),
-            )
-        )
+    def update_run(self, row: RunRow) -> None:
+        self.queue.put(("update", row.run_id, row))
 
     def hold(self, claim: Claim) -> Future[Verdict]:
         return self._asking.submit(self._ask, claim)
@@ -227,15 +203,15 @@ class RayExecutor:
             earlier = self._open.pop(key, None)
             if earlier is not None:  # a retry: the earlier attempt's worker died with its run open
                 self.ledger.abandon(earlier)
-            self._open[key] = payload["run_id"]
-            self.ledger.start_run(**payload)
+            self._open[key] = payload.run_id
+            self.ledger.start_run(payload)
         elif kind == "record":
             self.ledger.record_request(key, payload)
         elif kind == "approval":
             self.ledger.record_approval(key, payload)
         elif kind == "update":
-            self.ledger.update_run(run_id=key, **payload)
-            if payload["stop_reason"] is not None:
+            self.ledger.update_run(payload)
+            if payload.stop_reason is not None:
                 self._open = {task: run for task, run in self._open.items() if run != key}
         elif kind == "hold" and key in self._answers:  # asked after the rows sent before it: answered after them
             self._answers[key].put(self.ledger.hold(payload).result())

@@ -54,14 +54,16 @@ def record(
 
 def start(ledger: Ledger, run_id: str, metadata: dict | None = None, tags: tuple[str, ...] = ("harness",)) -> None:
     ledger.start_run(
-        run_id=run_id,
-        started_at=1_790_000_000.0,
-        model="litellm_proxy/coder",
-        mode="gateway",
-        workdir="/w",
-        metadata=metadata or {},
-        tags=tags,
-        session_id=None,
+        builders.run_row(
+            run_id,
+            started_at=1_790_000_000.0,
+            model="litellm_proxy/coder",
+            mode="gateway",
+            workdir="/w",
+            metadata=metadata or {},
+            tags=tags,
+            session_id=None,
+        )
     )
 
 
@@ -71,14 +73,16 @@ def test_runs_and_requests_are_written(ledger_at: LedgerLocation) -> None:
     ledger.record_request("run_1", record("a"))
     ledger.record_request("run_1", record("b", usage=None, cost=None, source="unpriced"))
     ledger.update_run(
-        run_id="run_1",
-        ended_at=1_790_000_100.0,
-        session_id="ses_1",
-        stop_reason="done",
-        error=None,
-        usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1),
-        cost=0.001,
-        unpriced=1,
+        builders.run_row(
+            "run_1",
+            ended_at=1_790_000_100.0,
+            session_id="ses_1",
+            stop_reason="done",
+            error=None,
+            usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1),
+            cost=0.001,
+            unpriced=1,
+        )
     )
     ledger.close()
     [run] = [dict(r) for r in select(ledger_at, "SELECT * FROM runs")]

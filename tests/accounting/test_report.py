@@ -19,6 +19,7 @@ from opencode_gateway.accounting.records import ApprovalRecord, RequestRecord, R
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
+from tests.support.builders import run_row
 from tests.support.postgres import Postgres
 
 DAY1, DAY2 = 1_790_000_000.0, 1_790_000_000.0 + 86_400  # 2026-09-21 and -22 (UTC)
@@ -75,14 +76,16 @@ def fill(location: LedgerLocation) -> LedgerLocation:
     ]
     for run_id, metadata, tags, records in runs:
         ledger.start_run(
-            run_id=run_id,
-            started_at=DAY1,
-            model="litellm_proxy/coder",
-            mode="gateway",
-            workdir="/w",
-            metadata=metadata,
-            tags=tags,
-            session_id=None,
+            run_row(
+                run_id,
+                started_at=DAY1,
+                model="litellm_proxy/coder",
+                mode="gateway",
+                workdir="/w",
+                metadata=metadata,
+                tags=tags,
+                session_id=None,
+            )
         )
         for r in records:
             ledger.record_request(run_id, r)
@@ -170,7 +173,7 @@ def test_bad_report_arguments_are_settings_errors(filled: LedgerLocation, kwargs
 def test_by_workdir_project_week_and_month(filled: LedgerLocation) -> None:
     ledger = Ledger(filled)
     ledger.start_run(
-        run_id="r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(), session_id=None
+        run_row("r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(), session_id=None)
     )
     ledger.record_request("r5", request("r5", 1, (7, 1, 0), 0.001, started_at=DAY2 + 40 * 86_400))
     ledger.close()
@@ -197,14 +200,16 @@ def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both
 def test_by_run_marks_runs_that_are_unfinished_or_abandoned(filled: LedgerLocation) -> None:
     ledger = Ledger(filled)
     ledger.update_run(
-        run_id="r1",
-        ended_at=DAY1 + 5,
-        session_id=None,
-        stop_reason="done",
-        error=None,
-        usage=RunUsage(),
-        cost=0.015,
-        unpriced=0,
+        run_row(
+            "r1",
+            ended_at=DAY1 + 5,
+            session_id=None,
+            stop_reason="done",
+            error=None,
+            usage=RunUsage(),
+            cost=0.015,
+            unpriced=0,
+        )
     )
     ledger.abandon("r2")
     ledger.close()
@@ -220,14 +225,16 @@ def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(ledger
     path = ledger_at
     ledger = Ledger(path)
     ledger.start_run(
-        run_id="r",
-        started_at=DAY1,
-        model="m",
-        mode="sdk",
-        workdir="/w",
-        metadata={"ticket": "T"},
-        tags=(),
-        session_id=None,
+        run_row(
+            "r",
+            started_at=DAY1,
+            model="m",
+            mode="sdk",
+            workdir="/w",
+            metadata={"ticket": "T"},
+            tags=(),
+            session_id=None,
+        )
     )
     for n, saved in enumerate((0.004, -0.001, 0.0)):
         ledger.record_request(
@@ -259,24 +266,28 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(filled: LedgerLo
         ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)"),
     ):
         ledger.start_run(
-            run_id=run_id,
-            started_at=DAY2,
-            model="litellm_proxy/x",
-            mode="gateway",
-            workdir="/w",
-            metadata={"ticket": "ENG-3"},
-            tags=("harness",),
-            session_id=None,
+            run_row(
+                run_id,
+                started_at=DAY2,
+                model="litellm_proxy/x",
+                mode="gateway",
+                workdir="/w",
+                metadata={"ticket": "ENG-3"},
+                tags=("harness",),
+                session_id=None,
+            )
         )
         ledger.update_run(
-            run_id=run_id,
-            ended_at=DAY2 + 1,
-            session_id=None,
-            stop_reason=outcome,
-            error=error,
-            usage=RunUsage(),
-            cost=0.0,
-            unpriced=0,
+            run_row(
+                run_id,
+                ended_at=DAY2 + 1,
+                session_id=None,
+                stop_reason=outcome,
+                error=error,
+                usage=RunUsage(),
+                cost=0.0,
+                unpriced=0,
+            )
         )
     ledger.close()
     outcomes = {g.key: g for g in build_report(filled, by="outcome").groups}
@@ -294,14 +305,16 @@ def test_costs_in_json_carry_no_float_noise(ledger_at: LedgerLocation) -> None:
     path = ledger_at
     ledger = Ledger(path)
     ledger.start_run(
-        run_id="r",
-        started_at=DAY1,
-        model="m",
-        mode="sdk",
-        workdir="/w",
-        metadata={"ticket": "T"},
-        tags=(),
-        session_id=None,
+        run_row(
+            "r",
+            started_at=DAY1,
+            model="m",
+            mode="sdk",
+            workdir="/w",
+            metadata={"ticket": "T"},
+            tags=(),
+            session_id=None,
+        )
     )
     for n, cost in enumerate((0.001416, 0.001416)):  # 0.0028320000000000003 as floats add up
         ledger.record_request("r", request("r", n, (10, 1, 0), cost))
@@ -374,10 +387,7 @@ def test_both_backends_give_the_same_report(by: str, tmp_path: Path, postgres: P
 def test_a_number_in_metadata_is_its_text_in_groups_filters_and_budgets(ledger_at: LedgerLocation) -> None:
     ledger = Ledger(ledger_at)
     for run_id, pr in (("a", 42), ("b", 42), ("c", 7.5)):
-        ledger.start_run(
-            run_id=run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"pr": pr}, tags=(),
-            session_id=None,
-        )  # fmt: skip
+        ledger.start_run(run_row(run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"pr": pr}, tags=(), session_id=None))  # fmt: skip
         ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
     cap = PeriodBudget.from_setting("pr", {"per": "day", "max_requests": 2})
     verdict = ledger.hold(Claim("x", ((cap, "42"),), Spent(1, 10, 0.0), DAY1 + 60)).result()
@@ -401,10 +411,7 @@ def hostile(tmp_path: Path) -> LedgerLocation:
     location = LedgerLocation(path=tmp_path / "ledger.db")
     ledger = Ledger(location)
     for run_id, metadata in (("h1", HOSTILE), ("h2", {"ticket": "+cmd|' /C calc'!A0", "team": "@SUM(1)"})):
-        ledger.start_run(
-            run_id=run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata=metadata, tags=(),
-            session_id=None,
-        )  # fmt: skip
+        ledger.start_run(run_row(run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata=metadata, tags=(), session_id=None))  # fmt: skip
         ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
     ledger.close()
     return location

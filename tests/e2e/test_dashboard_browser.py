@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from opencode_gateway.dashboard.page import REFRESH_S
-from tests.support.builders import spend_ledger
+from tests.support.builders import run_row, spend_ledger
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
 pytestmark = pytest.mark.e2e
@@ -198,14 +198,16 @@ def test_what_the_ledger_holds_is_shown_as_text_never_run_as_markup(tmp_path: Pa
 
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.start_run(
-        run_id="run_x",
-        started_at=1_796_000_000.0,
-        model=HOSTILE,
-        mode="gateway",
-        workdir=HOSTILE,
-        metadata={"ticket": HOSTILE},
-        tags=(HOSTILE,),
-        session_id=HOSTILE,
+        run_row(
+            "run_x",
+            started_at=1_796_000_000.0,
+            model=HOSTILE,
+            mode="gateway",
+            workdir=HOSTILE,
+            metadata={"ticket": HOSTILE},
+            tags=(HOSTILE,),
+            session_id=HOSTILE,
+        )
     )
     ledger.record_request(
         "run_x",
@@ -256,14 +258,16 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     ):
         run_id = f"run_{number}"
         ledger.start_run(
-            run_id=run_id,
-            started_at=day + hour * 3600,
-            model=model,
-            mode="sdk",
-            workdir="/w",
-            metadata={"ticket": f"ENG-{number}"},
-            tags=(),
-            session_id=None,
+            run_row(
+                run_id,
+                started_at=day + hour * 3600,
+                model=model,
+                mode="sdk",
+                workdir="/w",
+                metadata={"ticket": f"ENG-{number}"},
+                tags=(),
+                session_id=None,
+            )
         )
         ledger.record_request(
             run_id,

@@ -1,4 +1,4 @@
-"""What the unit tests build again and again: request records and SSE streams."""
+"""What the unit tests build again and again: request records, run rows and SSE streams."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from opencode_gateway.accounting.pricing import Cost
-from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.records import RequestRecord, RunRow
 from opencode_gateway.accounting.usage import Usage
 
 
@@ -37,6 +37,14 @@ def record(
     )
 
 
+def run_row(run_id: str, **fields: Any) -> RunRow:
+    """A run's ledger row; `fields` sets any RunRow field (the rest: a gateway run of model m)."""
+    values: dict[str, Any] = {"started_at": 1_790_000_000.0, "model": "m", "mode": "gateway", "workdir": "/w", **fields}
+    if "tags" in values:
+        values["tags"] = tuple(values["tags"])
+    return RunRow(run_id, **values)
+
+
 def chunk(content: str = "x", model: str = "gpt-4o-mini") -> dict[str, Any]:
     """A Chat Completions stream chunk carrying `content`."""
     return {"id": "c", "model": model, "choices": [{"index": 0, "delta": {"content": content}}]}
@@ -60,14 +68,16 @@ def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start
     for number in range(runs):
         run_id, model, started = f"run_{number:02}", models[number % 3], start + number * 30_000.0
         ledger.start_run(
-            run_id=run_id,
-            started_at=started,
-            model=model,
-            mode="gateway",
-            workdir="/w",
-            metadata={"ticket": f"ENG-{400 + number % 5}"},
-            tags=("harness",),
-            session_id=None,
+            run_row(
+                run_id,
+                started_at=started,
+                model=model,
+                mode="gateway",
+                workdir="/w",
+                metadata={"ticket": f"ENG-{400 + number % 5}"},
+                tags=("harness",),
+                session_id=None,
+            )
         )
         for index in range(requests_per_run):
             unpriced, missing = (number, index) == (1, 0), (number, index) == (2, 0)
@@ -91,14 +101,16 @@ def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start
                 ),
             )
         ledger.update_run(
-            run_id=run_id,
-            ended_at=started + 10,
-            session_id="ses_1",
-            stop_reason="done",
-            error=None,
-            usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0),
-            cost=0.0,
-            unpriced=0,
+            run_row(
+                run_id,
+                ended_at=started + 10,
+                session_id="ses_1",
+                stop_reason="done",
+                error=None,
+                usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0),
+                cost=0.0,
+                unpriced=0,
+            )
         )
     ledger.close()
     return path

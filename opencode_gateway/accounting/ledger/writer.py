@@ -14,14 +14,14 @@ import dataclasses
 import json
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ...errors import LedgerError, LedgerUnavailable
 from ..budget import HOLD_TTL_S, Claim, Spent, Verdict, period_verdict
-from ..records import ApprovalRecord, RequestRecord, RunUsage
+from ..records import ApprovalRecord, RequestRecord, RunRow
 from .database import Database
 from .failover import INSERT_RUN, Failover
 from .location import LedgerLocation
@@ -79,35 +79,13 @@ class RunLedger(Protocol):
     """What a run's account writes to, and asks its period caps of: the Ledger, or a channel to
     one in another process (a Ray worker's, batch/ray_cluster.py)."""
 
-    def start_run(
-        self,
-        *,
-        run_id: str,
-        started_at: float,
-        model: str,
-        mode: str,
-        workdir: str,
-        metadata: Mapping[str, Any],
-        tags: Sequence[str],
-        session_id: str | None,
-    ) -> None: ...
+    def start_run(self, row: RunRow) -> None: ...
 
     def record_request(self, run_id: str, record: RequestRecord) -> None: ...
 
     def record_approval(self, run_id: str, record: ApprovalRecord) -> None: ...
 
-    def update_run(
-        self,
-        *,
-        run_id: str,
-        ended_at: float | None,
-        session_id: str | None,
-        stop_reason: str | None,
-        error: str | None,
-        usage: RunUsage,
-        cost: float | None,
-        unpriced: int,
-    ) -> None: ...
+    def update_run(self, row: RunRow) -> None: ...
 
     def hold(self, claim: Claim) -> Future[Verdict]: ...
 
@@ -144,34 +122,22 @@ class Ledger:
     def _submit(self, work: Callable[[Database], T]) -> Future[T | None]:
         return self._executor.submit(self._db.write, work)
 
-    def start_run(
-        self,
-        *,
-        run_id: str,
-        started_at: float,
-        model: str,
-        mode: str,
-        workdir: str,
-        metadata: Mapping[str, Any],
-        tags: Sequence[str],
-        session_id: str | None,
-        owner: str | None = None,
-    ) -> None:
-        """A run's row. `owner` is the process running it (host:pid:start time), this one's unless
-        the run is another's (a batch task's on a Ray worker)."""
-        row = (
-            run_id,
-            session_id,
-            started_at,
-            model,
-            mode,
-            workdir,
-            json.dumps(dict(metadata)),
-            json.dumps(list(tags)),
-            owner or this_process(),
+    def start_run(self, row: RunRow) -> None:
+        """A run's row as it opens (`owner` the process running it: this one's unless the run is
+        another's, a batch task's on a Ray worker)."""
+        values = (
+            row.run_id,
+            row.session_id,
+            row.started_at,
+            row.model,
+            row.mode,
+            row.workdir,
+            json.dumps(dict(row.metadata)),
+            json.dumps(list(row.tags)),
+            row.owner or this_process(),
         )
-        self._db.opened[run_id] = row
-        self._submit(lambda db: db.execute(INSERT_RUN, row)).result()
+        self._db.opened[row.run_id] = values
+        self._submit(lambda db: db.execute(INSERT_RUN, values)).result()
         self.raise_failure()
 
     def record_request(self, run_id: str, record: RequestRecord) -> None:
@@ -192,32 +158,22 @@ class Ledger:
             rows, self._rows = self._rows, []
         self._db.write(lambda db: _insert_requests(db, rows))  # a retry on the spool writes the same rows
 
-    def update_run(
-        self,
-        *,
-        run_id: str,
-        ended_at: float | None,
-        session_id: str | None,
-        stop_reason: str | None,
-        error: str | None,
-        usage: RunUsage,
-        cost: float | None,
-        unpriced: int,
-    ) -> None:
+    def update_run(self, row: RunRow) -> None:
         """A run's totals and, once it has ended, when and how (`ended_at`, `stop_reason`); never blocks."""
+        usage, run_id, stop_reason = row.usage, row.run_id, row.stop_reason
         values = (
-            ended_at,
-            session_id,
+            row.ended_at,
+            row.session_id,
             stop_reason,
-            error,
+            row.error,
             usage.requests,
             usage.input_tokens,
             usage.output_tokens,
             usage.cache_read_tokens,
             usage.cache_write_tokens,
             usage.reasoning_tokens,
-            cost,
-            unpriced,
+            row.cost,
+            row.unpriced,
             run_id,
         )
 

@@ -11,6 +11,7 @@ import pytest
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.config.settings import Settings
+from tests.support.builders import run_row
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -87,10 +88,7 @@ def test_a_ledger_in_a_data_dir_inside_the_checkout_survives_an_agent_that_tampe
     SQLite keeps beside it (-wal, -shm) to read another run's ticket in or truncate under the gateway."""
     data_dir = workdir / ".gateway"
     earlier = Ledger(LedgerLocation(path=data_dir / "ledger.db"))
-    earlier.start_run(
-        run_id="earlier", started_at=1.0, model="m", mode="sdk", workdir="/w",
-        metadata={"ticket": "SECRET-TICKET-41"}, tags=(), session_id=None,
-    )  # fmt: skip
+    earlier.start_run(run_row("earlier", started_at=1.0, model="m", mode="sdk", workdir="/w", metadata={"ticket": "SECRET-TICKET-41"}, tags=(), session_id=None))  # fmt: skip
     earlier.close()
     tamper = (
         "ls -a .gateway > seen.txt 2>&1; cat .gateway/ledger.db* >> seen.txt 2>&1;"
