@@ -12,6 +12,7 @@ import pytest
 
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.records import RunUsage
+from opencode_gateway.accounting.run import RunTotals
 from opencode_gateway.batch.local import (
     Batch,
     Outcome,
@@ -43,8 +44,7 @@ def result(stop_reason: str = "done", cost: float | None = 0.25, requests: int =
         stop_reason=stop_reason,
         model="m",
         mode="sdk",
-        usage=RunUsage(1000, 100, requests=requests),
-        cost=cost,
+        totals=RunTotals(RunUsage(1000, 100, requests=requests), cost),
         duration_s=12.0,
     )
 

@@ -8,6 +8,7 @@ import pytest
 
 from opencode_gateway.accounting.budget import Refusal
 from opencode_gateway.accounting.records import RequestRecord
+from opencode_gateway.accounting.run import Totals
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import (
     BudgetExceeded,
@@ -35,6 +36,7 @@ def record(status: int = 200, error: str | None = None, cost: float | None = 0.2
 
 
 def happened(**changes: object) -> Happened:
+    """What happened in a run; its totals summed from its records, as its account sums them."""
     base = Happened(
         run_id="run_1",
         model="m",
@@ -46,7 +48,11 @@ def happened(**changes: object) -> Happened:
         events=ANSWER,
         session_id="ses_1",
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    changed = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    totals = Totals()
+    for each in changed.records:
+        totals.add(each)
+    return dataclasses.replace(changed, totals=totals.taken())
 
 
 def test_a_run_that_exited_cleanly_is_done_with_its_last_steps_text_and_totals() -> None:
@@ -179,3 +185,15 @@ def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning(
 def test_an_overflow_that_was_not_compacted_away_is_an_error(records: tuple[RequestRecord, ...]) -> None:
     result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW), exit=ProcessExit(1, "", timed_out=False)))
     assert result.stop_reason == "error" and result.error is not None
+
+
+def test_the_runs_totals_are_carried_into_the_result_as_the_account_summed_them() -> None:
+    """Summed once, as the requests ended: the conclusion does not sum the records again."""
+    from opencode_gateway.accounting.records import RunUsage
+    from opencode_gateway.accounting.run import RunTotals
+
+    summed = RunTotals(RunUsage(7, 3, requests=1), 0.5, 0, 0.125)
+    result = conclude(dataclasses.replace(happened(), totals=summed))
+    assert result.totals is summed
+    assert (result.usage, result.cost, result.cache_saved) == (summed.usage, 0.5, 0.125)
+    assert result.to_dict()["cost"] == 0.5 and result.to_dict()["usage"]["input_tokens"] == 7

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,7 +17,6 @@ __all__ = [
     "RunRow",
     "RunUsage",
     "StopReason",
-    "cache_saved",
 ]
 
 # How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
@@ -128,10 +127,3 @@ class RunRow:
     usage: RunUsage = RunUsage()
     cost: float | None = 0.0  # None when any request could not be priced
     unpriced: int = 0
-
-
-def cache_saved(records: Iterable[RequestRecord]) -> float | None:
-    """What prompt caching saved over `records`; None when any request with cache tokens had no
-    known price (a partial sum would read as the whole saving)."""
-    savings = [r.cost.cache_saved for r in records]
-    return None if None in savings else sum(s or 0.0 for s in savings)

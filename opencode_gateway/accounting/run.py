@@ -34,7 +34,15 @@ from .pricing import Pricer
 from .records import ApprovalRecord, Purpose, RequestRecord, RunOutcome, RunRow, RunUsage
 from .usage import Usage
 
-__all__ = ["DEFAULT_OUTPUT_RESERVE", "LedgerRow", "RunAccount", "Totals", "reservation_usage", "totals"]
+__all__ = [
+    "DEFAULT_OUTPUT_RESERVE",
+    "LedgerRow",
+    "RunAccount",
+    "RunTotals",
+    "Totals",
+    "reservation_usage",
+    "usage_warnings",
+]
 
 # The output a call is reserved at when its body sets no max_tokens: a long answer, not a cap.
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -53,9 +61,20 @@ def reservation_usage(body: Mapping[str, Any]) -> Usage:
     return Usage(input_tokens=prompt, output_tokens=output)
 
 
+@dataclass(frozen=True)
+class RunTotals:
+    """A run's totals, summed once, as its requests ended (Totals), and carried whole into its
+    conclusion and result, its ledger row and its trace's root span: never summed again."""
+
+    usage: RunUsage = RunUsage()
+    cost: float | None = 0.0  # None when any request could not be priced: a partial sum would read as the whole
+    unpriced: int = 0
+    cache_saved: float | None = 0.0  # None when a request with cache tokens had no known price
+
+
 @dataclass
 class Totals:
-    """Sums over records as they come; the same figures `records.totals` computes from a list."""
+    """Sums over records as they come (`add`); `taken()` is what they come to."""
 
     _usage: Usage = Usage()
     requests: int = 0
@@ -105,6 +124,10 @@ class Totals:
     def cache_saved(self) -> float | None:
         return None if self.saved_unknown else self.known_saved
 
+    def taken(self) -> RunTotals:
+        """The totals so far, as one value."""
+        return RunTotals(self.usage, self.cost, self.unpriced, self.cache_saved)
+
     def summary(self) -> dict[str, Any]:
         return {
             **self.usage.to_dict(),
@@ -114,13 +137,10 @@ class Totals:
         }
 
 
-def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tuple[str, ...]]:
-    """Usage, cost and warnings of a finished run's records (summed as its account summed them).
-    The cost is None when any request could not be priced: a partial sum would read as the whole."""
+def usage_warnings(records: Iterable[RequestRecord]) -> tuple[str, ...]:
+    """What a finished run's totals cannot say by themselves: requests that reported no usage, and
+    models without a known price (each with its fix)."""
     records = tuple(records)
-    sums = Totals()
-    for record in records:
-        sums.add(record)
     warnings = []
     missing = [r for r in records if r.usage_missing]
     if missing:
@@ -140,7 +160,7 @@ def totals(records: Iterable[RequestRecord]) -> tuple[RunUsage, float | None, tu
             f"no price is known for model {model}: its cost is null. Set one under `pricing:` in the "
             f"settings (e.g. {model.split('/')[-1]}: {{input_cost_per_million: 0.5, output_cost_per_million: 1.5}})"
         )
-    return sums.usage, sums.cost, tuple(warnings)
+    return tuple(warnings)
 
 
 class LedgerRow:
@@ -186,7 +206,7 @@ class LedgerRow:
         error: str | None = None,
     ) -> None:
         """The run's row with its totals so far (and, once it has ended, how)."""
-        totals = self.totals
+        totals = self.totals.taken()
         self.value = dataclasses.replace(
             self.value,
             ended_at=ended_at,

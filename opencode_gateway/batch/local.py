@@ -227,7 +227,7 @@ def _trace_batch(batch: Batch, settings: Settings, outcomes: Sequence[Outcome], 
     for outcome in outcomes:
         for record in outcome.result.requests if outcome.result is not None else ():
             sums.add(record)
-    attributes = root_attributes(settings.model or "", "", sums.usage, sums.cost, settings.metadata, settings.tags)
+    attributes = root_attributes(settings.model or "", "", sums.taken(), settings.metadata, settings.tags)
     attributes.update(
         {
             "opencode_gateway.batch_id": batch.batch_id,

@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting.records import RequestRecord, RunUsage
+from ..accounting.records import RequestRecord
+from ..accounting.run import RunTotals
 from ..credentials import redact, redacted
 from ..errors import SettingsError
 from ..events import ApprovalAnswered
@@ -104,10 +105,11 @@ class RunSpan:
 
 
 def root_attributes(
-    model: str, mode: str, usage: RunUsage, cost: float | None, metadata: Mapping[str, Any], tags: Sequence[str]
+    model: str, mode: str, totals: RunTotals, metadata: Mapping[str, Any], tags: Sequence[str]
 ) -> dict[str, Any]:
     """A root span's attributes: the model, the attribution (each metadata key its own attribute,
     as spend reports group by them) and the totals, the cost as the ledger's."""
+    usage = totals.usage
     return {
         "gen_ai.request.model": model,
         "opencode_gateway.mode": mode,
@@ -119,7 +121,7 @@ def root_attributes(
         "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
         "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
         "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens,
-        "gen_ai.usage.cost": cost,
+        "gen_ai.usage.cost": totals.cost,
     }
 
 

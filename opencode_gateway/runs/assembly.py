@@ -338,7 +338,7 @@ def run_tracing(settings: RunSettings) -> Callable[[], Tracing | None]:
 def run_root(result: RunResult, settings: RunSettings, workdir: Path, ended_at: float) -> RunSpan:
     """A run's root span: its model, attribution, workdir, outcome and totals."""
     metadata = settings.metadata
-    attributes = root_attributes(result.model, result.mode, result.usage, result.cost, metadata, settings.tags)
+    attributes = root_attributes(result.model, result.mode, result.totals, metadata, settings.tags)
     attributes.update(
         {
             "opencode_gateway.outcome": result.stop_reason,

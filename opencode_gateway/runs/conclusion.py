@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..accounting.budget import Refusal
 from ..accounting.records import RequestRecord, StopReason
-from ..accounting.run import totals
+from ..accounting.run import RunTotals, usage_warnings
 from ..errors import (
     BudgetExceeded,
     GatewayError,
@@ -44,6 +44,7 @@ class Happened:
     sandbox: str  # "bwrap" or "none"
     timeout: float  # the run's limit, for the message when it was hit
     exit: ProcessExit
+    totals: RunTotals = RunTotals()  # the run's account's, summed as its requests ended
     records: tuple[RequestRecord, ...] = ()
     events: tuple[Event, ...] = ()
     events_truncated: bool = False  # more came than a run keeps
@@ -60,8 +61,7 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     it, if any; an answer without the asked-for output is an OutputInvalid (in `error`: the
     caller raises it)."""
     stop_reason, error = _ending(happened)
-    usage, cost, warnings = totals(happened.records)
-    warnings = (*warnings, *_memory_warnings(happened))
+    warnings = (*usage_warnings(happened.records), *_memory_warnings(happened))
     if _compacted_after_overflow(happened.events, happened.records):
         warnings = (
             *warnings,
@@ -79,8 +79,7 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
         stop_reason=stop_reason,
         model=happened.model,
         mode=happened.mode,
-        usage=usage,
-        cost=cost,
+        totals=happened.totals,
         requests=happened.records,
         events=happened.events,
         events_truncated=happened.events_truncated,

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting.records import RequestRecord, RunUsage, StopReason, cache_saved
+from ..accounting.records import RequestRecord, RunUsage, StopReason
+from ..accounting.run import RunTotals
 from ..errors import GatewayError
 from ..litellm_gateway.protocol import Mode
 from ..opencode.lines import Event, StepStart, Text
@@ -30,8 +31,7 @@ class RunResult:
     stop_reason: StopReason
     model: str
     mode: Mode
-    usage: RunUsage
-    cost: float | None  # USD; None when some request could not be priced
+    totals: RunTotals  # summed once, as the requests ended: `usage`, `cost`, `cache_saved` are its
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Event, ...] = ()
     events_truncated: bool = False  # more events came than a run keeps (the warnings say how many bytes)
@@ -48,10 +48,19 @@ class RunResult:
         return dict(collections.Counter(r.cost.source for r in self.requests))
 
     @property
+    def usage(self) -> RunUsage:
+        return self.totals.usage
+
+    @property
+    def cost(self) -> float | None:
+        """USD; None when some request could not be priced."""
+        return self.totals.cost
+
+    @property
     def cache_saved(self) -> float | None:
         """USD that prompt caching saved this run; None when a request with cache tokens had no
         known price. The share of input read from cache is `usage.cached_share`."""
-        return cache_saved(self.requests)
+        return self.totals.cache_saved
 
     @property
     def ok(self) -> bool:

@@ -148,6 +148,7 @@ def _happened(
         sandbox=run.plan.sandbox,
         timeout=run.settings.timeout,
         exit=ended,
+        totals=run.account.totals.taken(),
         records=tuple(run.account.records or ()),
         events=tuple(run.kept.events),
         events_truncated=run.kept.truncated,

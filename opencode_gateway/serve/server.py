@@ -99,9 +99,12 @@ class _SessionRun:
 
     def root(self) -> RunSpan:
         """The session's root span: its launch's attribution and its totals."""
-        totals = self.account.totals
         attributes = root_attributes(
-            self.model, ModelRoute.of(self.model).mode, totals.usage, totals.cost, self.metadata, self.tagging.all_tags
+            self.model,
+            ModelRoute.of(self.model).mode,
+            self.account.totals.taken(),
+            self.metadata,
+            self.tagging.all_tags,
         )
         attributes.update(
             {"gen_ai.conversation.id": self.session_id, "opencode_gateway.launch_id": self.launch.launch_id}
