@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import functools
 import importlib.util
 import math
 import os
@@ -74,7 +75,9 @@ def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one run needs to know, after the file and the flags were merged."""
+    """Everything one run needs to know, after the file and the flags were merged. The configs
+    each package takes (`upstream_limits`, `agent_config`, `sandbox_config`, `route`) are built
+    once per Settings, on first use (a value is frozen, so they cannot go stale)."""
 
     model: str | None = None
     small_model: str | None = None  # OpenCode's background calls (titles, summaries); None: the model
@@ -130,7 +133,7 @@ class Settings:
     # Files the gateway read its settings or a key from: a sandbox hides them wherever they are.
     secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})
 
-    @property
+    @functools.cached_property
     def upstream_limits(self) -> UpstreamLimits:
         """How long the endpoint waits on an upstream, how much of a request it reads (endpoint/limits.py)."""
         return UpstreamLimits(self.connect_timeout, self.first_byte_timeout, self.idle_timeout, self.max_body_bytes)
@@ -148,7 +151,7 @@ class Settings:
         else the data dir's ledger.db."""
         return LedgerLocation.of(self.ledger or self._environ.get("OPENCODE_GATEWAY_LEDGER"), self.data_dir)
 
-    @property
+    @functools.cached_property
     def route(self) -> ModelRoute:
         """The run's model, parsed: its mode, its gateway group, the names it is priced by."""
         return ModelRoute.of(self.model or "")
@@ -185,7 +188,7 @@ class Settings:
             self._environ, gateway_keys(self._environ, (self.api_key, self.gateway_api_key))
         )
 
-    @property
+    @functools.cached_property
     def agent_config(self) -> AgentConfig:
         """What OpenCode is told (opencode/agent.py)."""
         return AgentConfig(
@@ -193,7 +196,7 @@ class Settings:
             self.opencode_config, self.mcp, self.env,
         )  # fmt: skip
 
-    @property
+    @functools.cached_property
     def sandbox_config(self) -> SandboxConfig:
         """How runs are confined (opencode/sandbox.py)."""
         return SandboxConfig(self.sandbox, self.sandbox_network, self.sandbox_allow_write, self.sandbox_allow_read)
