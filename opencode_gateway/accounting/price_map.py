@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..litellm_gateway.protocol import ModelRoute
+from ..domain import ModelRoute
 from .usage import Usage, per_token_cost
 
 __all__ = ["PROVIDERS", "context_window", "entry_cost", "map_price", "plain_entry", "price_map"]

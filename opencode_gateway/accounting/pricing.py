@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _litellm
+from ..domain import ModelRoute
 from ..errors import SettingsError
-from ..litellm_gateway.protocol import ModelRoute
 from .price_map import map_price, price_map
 from .usage import Usage, per_token_cost
 

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from ..domain import Purpose
 from .pricing import Cost
 from .usage import Usage
 
 __all__ = [
     "ApprovalRecord",
-    "Purpose",
     "RequestRecord",
-    "RunOutcome",
     "RunRow",
     "RunUsage",
-    "StopReason",
 ]
-
-# How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
-StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
-RunOutcome = Literal[StopReason, "interrupted"]
-# What a request was for: the agent's turn, or one of OpenCode's background calls (opencode/purpose.py).
-Purpose = Literal["main", "title", "summary", "compaction"]
 
 
 @dataclass(frozen=True)

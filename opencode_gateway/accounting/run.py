@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..domain import Purpose, RunOutcome
 from .budget import WAIT, Budget, Claim, PeriodBudget, Refusal, Spent
 from .ledger import RunLedger
 from .pricing import Pricer
-from .records import ApprovalRecord, Purpose, RequestRecord, RunOutcome, RunRow, RunUsage
+from .records import ApprovalRecord, RequestRecord, RunRow, RunUsage
 from .usage import Usage
 
 __all__ = [

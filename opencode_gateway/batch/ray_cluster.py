@@ -27,9 +27,9 @@ from ..accounting.ledger import Ledger, LedgerLocation, this_process
 from ..accounting.records import ApprovalRecord, RequestRecord, RunRow
 from ..config.settings import Settings
 from ..credentials import refuse_inspection
+from ..domain import ModelRoute
 from ..errors import GatewayError, SettingsError
 from ..events import Event, RequestFinished
-from ..litellm_gateway.protocol import ModelRoute
 from ..observability.traces import flush as flush_traces
 from .local import Batch, Outcome, Task, run_task
 

@@ -28,9 +28,9 @@ from ..accounting.price_map import context_window
 from ..accounting.pricing import Price
 from ..approvals.policy import Policy, parse_policy
 from ..credentials import gateway_keys, held_secrets
+from ..domain import Mode, ModelRoute
 from ..endpoint.limits import UpstreamLimits
 from ..errors import SettingsError
-from ..litellm_gateway.protocol import Mode, ModelRoute
 from ..observability.traces import INSTALL, OtelConfig
 from ..opencode.agent import AgentConfig
 from ..opencode.purpose import BACKGROUND
@@ -75,9 +75,7 @@ def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one run needs to know, after the file and the flags were merged. The configs
-    each package takes (`upstream_limits`, `agent_config`, `sandbox_config`, `route`) are built
-    once per Settings, on first use (a value is frozen, so they cannot go stale)."""
+    """Everything one run needs to know, file and flags merged; each package's config built once."""
 
     model: str | None = None
     small_model: str | None = None  # OpenCode's background calls (titles, summaries); None: the model

@@ -20,9 +20,10 @@ import httpx
 from starlette.responses import Response, StreamingResponse
 
 from ..accounting.pricing import Cost, Pricer
-from ..accounting.records import Purpose, RequestRecord
+from ..accounting.records import RequestRecord
 from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_from_body
 from ..credentials import redact
+from ..domain import Purpose
 from ..litellm_gateway.protocol import is_budget_error
 from .hooks import NO_GATES, NO_OBSERVERS, Gates, Observers
 from .http import bearer, error_body, error_message, error_response

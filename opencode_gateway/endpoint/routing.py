@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..accounting.records import Purpose
 from ..accounting.run import RunAccount
+from ..domain import Purpose
 from .tagging import Tagging
 from .upstream import Upstream
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..accounting.records import Purpose
+from ..domain import Purpose
 
 __all__ = ["BACKGROUND", "request_purpose", "routed_model"]
 

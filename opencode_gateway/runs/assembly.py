@@ -16,12 +16,13 @@ from .. import _litellm
 from ..accounting.budget import period_caps
 from ..accounting.ledger import RunLedger
 from ..accounting.pricing import Pricer
-from ..accounting.records import ApprovalRecord, Purpose, RequestRecord
+from ..accounting.records import ApprovalRecord, RequestRecord
 from ..accounting.run import RunAccount
 from ..approvals.plugin import plugin_source
 from ..approvals.policy import ApprovalRequest, Policy
 from ..config.settings import RunSettings
 from ..credentials import redacted
+from ..domain import Purpose
 from ..endpoint.server import EndpointServer
 from ..endpoint.tagging import Tagging
 from ..events import ApprovalAnswered, ApprovalAsked, ReasoningDelta, TextDelta, ToolRequested

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..accounting.budget import Refusal
-from ..accounting.records import RequestRecord, StopReason
+from ..accounting.records import RequestRecord
 from ..accounting.run import RunTotals, usage_warnings
+from ..domain import Mode, StopReason
 from ..errors import (
     BudgetExceeded,
     GatewayError,
@@ -24,7 +25,7 @@ from ..errors import (
     TurnLimitReached,
     UpstreamError,
 )
-from ..litellm_gateway.protocol import Mode, is_budget_error
+from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.lines import Error, Event
 from ..opencode.process import EVENT_LINE_MAX, ProcessExit
 from .files import FileChange

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping
 from .. import _litellm
 from ..accounting.budget import Refusal
 from ..config.settings import RunSettings
+from ..domain import ModelRoute
 from ..errors import BudgetExceeded, PreflightError
-from ..litellm_gateway.protocol import ModelRoute, gateway_base
+from ..litellm_gateway.protocol import gateway_base
 from ..opencode.process import OpenCodeProcess
 
 __all__ = ["Preflight", "check_providers"]

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting.records import RequestRecord, RunUsage, StopReason
+from ..accounting.records import RequestRecord, RunUsage
 from ..accounting.run import RunTotals
+from ..domain import Mode, StopReason
 from ..errors import GatewayError
-from ..litellm_gateway.protocol import Mode
 from ..opencode.lines import Event, StepStart, Text
 from .files import FileChange
 

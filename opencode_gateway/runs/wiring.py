@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config.settings import RunSettings, Settings
-from ..litellm_gateway.protocol import ModelRoute
+from ..domain import ModelRoute
 from ..opencode.workspace import Workspace
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..accounting.budget import Budget
-from ..accounting.records import Purpose
 from ..config.attribution import check_attribution
 from ..config.settings import RunSettings, Settings
+from ..domain import Purpose
 from ..errors import SettingsError
 from ..opencode import config as oc_config
 from ..opencode.binary import find_opencode

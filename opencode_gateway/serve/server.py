@@ -30,10 +30,11 @@ from starlette.routing import Route
 from ..accounting.budget import period_caps
 from ..accounting.ledger import Ledger
 from ..accounting.pricing import Pricer
-from ..accounting.records import Purpose, RequestRecord
+from ..accounting.records import RequestRecord
 from ..accounting.run import RunAccount, Totals
 from ..config.settings import Settings, check_routes
 from ..credentials import token_digest
+from ..domain import ModelRoute, Purpose
 from ..endpoint.app import Endpoint, create_app
 from ..endpoint.http import bearer, error_response
 from ..endpoint.routing import BadRequest, Target
@@ -41,7 +42,6 @@ from ..endpoint.server import EndpointServer
 from ..endpoint.tagging import Tagging
 from ..endpoint.upstream import Upstream
 from ..errors import SettingsError
-from ..litellm_gateway.protocol import ModelRoute
 from ..observability.metrics import CONTENT_TYPE, Metrics
 from ..observability.traces import RunSpan, root_attributes, tracing_for
 from ..runs.wiring import upstream_for

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from opencode_gateway.litellm_gateway.protocol import ModelRoute, gateway_base, is_budget_error
+from opencode_gateway.domain import ModelRoute
+from opencode_gateway.litellm_gateway.protocol import gateway_base, is_budget_error
 
 
 def test_a_gateway_group_goes_to_the_gateway_by_its_group_name() -> None:
