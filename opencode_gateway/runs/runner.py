@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,10 +111,10 @@ class _Gates:
     async def checked(self) -> str | None:
         if self.run.approvals is not None and (unloaded := await self.run.approvals.loaded()) is not None:
             return unloaded
-        return None if self.run.preflight is None else await self.run.preflight.refusal()
+        return None if self.run.state.preflight is None else await self.run.state.preflight.refusal()
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        self.run.offered.update(tool_names(body))
+        self.run.state.offered.update(tool_names(body))
         await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
 
 
@@ -150,15 +151,15 @@ def _happened(
         exit=ended,
         totals=run.account.totals.taken(),
         records=tuple(run.account.records or ()),
-        events=tuple(run.kept.events),
-        events_truncated=run.kept.truncated,
+        events=tuple(run.state.kept.events),
+        events_truncated=run.state.kept.truncated,
         session_id=session_id,
-        fatal=run.fatal,
-        refusal=run.refusal,
+        fatal=run.state.fatal,
+        refusal=run.state.refusal,
         warnings=(
             *run.account.budget.overshoot(run.account.totals.spent),
-            *run.warnings,
-            *silent_mcp_servers(run.settings, run.offered),
+            *run.state.warnings,
+            *silent_mcp_servers(run.settings, run.state.offered),
         ),
         files=files,
         duration_s=duration_s,
@@ -198,6 +199,19 @@ class _Kept:
                 self.events.append(event)
 
 
+@dataclass
+class _State:
+    """What changes while a run goes; the rest of a _Run is fixed when it starts."""
+
+    warnings: list[str]  # of the runner's own (no sandbox, a tree too big to list)
+    offered: set[str] = field(default_factory=set)  # the tools OpenCode offered the model (an MCP server's?)
+    kept: _Kept = field(default_factory=_Kept)
+    fatal: RequestRecord | None = None  # the failure that ended the run, or
+    refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
+    process: OpenCodeProcess | None = None
+    preflight: Preflight | None = None
+
+
 class _Run:
     """One run while it goes: where its records and events arrive, and what ends it early. Its
     account keeps the records and the ledger row; this passes them on as events, and stops
@@ -216,14 +230,8 @@ class _Run:
         # What no event, result or span of this run may show: its keys and its token
         self.secrets = (*plan.settings.secrets, self.token)
         self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id, self.secrets)
-        self.offered: set[str] = set()  # the tools OpenCode offered the model (an MCP server's among them?)
-        self.kept = _Kept()
-        self.fatal: RequestRecord | None = None  # the failure that ended the run, or
-        self.refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
-        self.process: OpenCodeProcess | None = None
-        self.warnings: list[str] = list(plan.notes)  # of the runner's own (no sandbox, a tree too big to list)
         self.order = CausalOrder()
-        self.preflight: Preflight | None = None
+        self.state = _State(warnings=list(plan.notes))  # all that changes as the run goes
         self.approvals = run_approvals(plan, self.token, self.secrets, self.account, self.seen, self.trace)
 
     def recorded(self, record: RequestRecord) -> None:
@@ -232,15 +240,15 @@ class _Run:
         (or forever, after a cut stream), and a refused call would be retried too: end the run."""
         self.trace.request(record)
         self.seen(_finished(record, self.account.totals))
-        if self.fatal is None and self.refusal is None:  # what ends the run is what came first
+        if self.state.fatal is None and self.state.refusal is None:  # what ends the run is what came first
             if self.account.refusal is not None:
-                self.refusal = self.account.refusal
+                self.state.refusal = self.account.refusal
             elif not record.ok and opencode_retries(record.status_code):
-                self.fatal = record
+                self.state.fatal = record
             else:
                 return
-        if self.process is not None:
-            self.process.stop()
+        if self.state.process is not None:
+            self.state.process.stop()
 
     def printed(self, event: Event) -> None:
         """An event of OpenCode's own (its stdout)."""
@@ -252,7 +260,7 @@ class _Run:
         """An event, kept and passed on redacted of the run's secrets (an agent can echo a key
         it was given, a model one it was told): as the caller, `--json` and the terminal get it."""
         event = redacted(event, self.secrets)
-        self.kept.add(event)
+        self.state.kept.add(event)
         if self.on_event is not None:
             self.on_event(event)
         return event
@@ -280,14 +288,14 @@ class _Run:
         git = GitControl.take(plan.workdir)
         try:
             workspace = Workspace(private, plan.resumed_store or private / "data")
-            before = await snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
+            before = await snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.state.warnings)
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
-            session_id = next((e.session_id for e in self.kept.events if e.session_id), None) or plan.session_id
+            session_id = next((e.session_id for e in self.state.kept.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None:
                 keep_session(settings.data_dir, workspace.data_home, session_id)
-            files = await changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.warnings)
+            files = await changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.state.warnings)
         finally:  # OpenCode has ended (or was killed): git's control files put back, interrupted or not
-            self.warnings.extend(git.restore(self.account.run_id))
+            self.state.warnings.extend(git.restore(self.account.run_id))
             shutil.rmtree(private, ignore_errors=True)
             watchdog.close()
         return self._result(_happened(self, ended, session_id, files, time.monotonic() - started))
@@ -305,23 +313,23 @@ class _Run:
         where: dict[str, Target] = {}  # the targets of the run's requests, once built
         warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the warm-up, once it starts
         try:
-            self.process = opencode_process(
+            self.state.process = opencode_process(
                 self.plan, workspace, server, socket_path, tag, git, self.parts.opencode, self.token
             )
-            await self.process.start()
-            self.preflight = Preflight(settings, self.process)
+            await self.state.process.start()
+            self.state.preflight = Preflight(settings, self.state.process)
             warm = asyncio.ensure_future(asyncio.to_thread(warm_up, settings, self.plan.session_id))
             where.update(targets(settings, tagging, self.account, self.parts))
             routes = self.approvals.routes() if self.approvals else ()
             server.app = endpoint_app(settings, self.token, where, self.account, _Observers(self), _Gates(self), routes)
             async with server:
-                ended = await self.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
-            if self.preflight is not None:
-                self.refusal = self.refusal or await self.preflight.outcome()
+                ended = await self.state.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
+            if self.state.preflight is not None:
+                self.state.refusal = self.state.refusal or await self.state.preflight.outcome()
             return ended
         except BaseException:
-            if self.process is not None:  # started, and the endpoint failed to come up: not left running
-                await self.process.kill()
+            if self.state.process is not None:  # started, and the endpoint failed to come up: not left running
+                await self.state.process.kill()
             raise
         finally:
             server.close()
@@ -329,8 +337,8 @@ class _Run:
             for target in where.values():
                 await target.upstream.aclose()
             warm.cancel()
-            if self.preflight is not None:
-                self.preflight.cancel()
+            if self.state.preflight is not None:
+                self.state.preflight.cancel()
 
     def _result(self, happened: Happened) -> RunResult:
         """The result, the ledger row closed with it; an invalid output is raised."""

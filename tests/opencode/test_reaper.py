@@ -44,9 +44,10 @@ def test_a_detached_job_ends_when_opencode_does_and_its_exit_code_is_kept(tmp_pa
 
 def test_asked_to_stop_it_ends_opencode_within_its_grace_and_the_job_too(tmp_path: Path) -> None:
     """OpenCode ignoring SIGTERM gets SIGKILL a second later; the gateway sees the signal."""
-    process = subprocess.Popen(_detaching(tmp_path, "trap '' TERM; sleep 1000"), start_new_session=True)
+    ready = tmp_path / "ignoring"  # written once the shell ignores SIGTERM (and the job's pid is in)
+    process = subprocess.Popen(_detaching(tmp_path, f"trap '' TERM; : > {ready}; sleep 1000"), start_new_session=True)
     deadline = time.monotonic() + _BOUND_S
-    while not (tmp_path / "job.pid").exists() and time.monotonic() < deadline:
+    while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     job = _job(tmp_path)
     assert _alive(job)
