@@ -52,18 +52,7 @@ def test_report_before_any_run_is_empty_not_an_error_and_has_the_usual_shape(tmp
 
 def test_report_by_a_word_that_is_no_dimension_nor_metadata_key_is_exit_2(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
-    ledger.start_run(
-        run_row(
-            "r1",
-            started_at=0.0,
-            model="m",
-            mode="sdk",
-            workdir="/w",
-            metadata={"ticket": "ENG-1"},
-            tags=(),
-            session_id=None,
-        )
-    )
+    ledger.start_run(run_row("r1", started_at=0.0, mode="sdk", metadata={"ticket": "ENG-1"}))
     ledger.close()
     result = cli("report", "--by", "modle", "--ledger", str(tmp_path / "ledger.db"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from opencode_gateway import RunResult, Settings, arun
+from opencode_gateway import RecordedOpenCode, RunResult, Settings, arun
 from tests.support.replay import replaying
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
 
@@ -25,7 +25,10 @@ def settings(data_dir: Path, tmp_path: Path) -> Settings:
     return Settings(data_dir=data_dir, timeout=120, ledger=tmp_path / "ledger.db", opencode_bin="/nonexistent/opencode")
 
 
-def _run(upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: str, **options: Any) -> RunResult:
+def _run(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: str | RecordedOpenCode, **options: Any
+) -> RunResult:
+    """A run with OpenCode's recording `sample` (a sample's name, or the stand-in itself)."""
     return asyncio.run(
         arun(
             "Say hello",
@@ -34,7 +37,7 @@ def _run(upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: 
             api_key="sk-virtual",
             workdir=workdir,
             settings=settings.replace(sandbox="none"),
-            opencode=replaying(sample),
+            opencode=replaying(sample) if isinstance(sample, str) else sample,
             **options,
         )
     )
@@ -126,8 +129,6 @@ def test_a_stand_in_that_is_no_maker_of_opencode_is_refused_before_anything_runs
 
 
 def test_a_recording_is_cut_into_steps_where_opencode_made_a_request() -> None:
-    from opencode_gateway import RecordedOpenCode
-
     lines = [
         '{"type": "step_start", "sessionID": "s"}',
         '{"type": "text", "sessionID": "s", "part": {"text": "hi"}}',
@@ -141,20 +142,9 @@ def test_a_recording_is_cut_into_steps_where_opencode_made_a_request() -> None:
 def test_a_run_that_made_no_request_cost_zero_in_its_result_its_row_and_the_report(
     upstream: ScriptedUpstream, settings: Settings, workdir: Path
 ) -> None:
-    from opencode_gateway import RecordedOpenCode
     from opencode_gateway.accounting.report import build_report
 
-    result = asyncio.run(
-        arun(
-            "Say hello",
-            model=GATEWAY,
-            api_base=upstream.url,
-            api_key="sk-virtual",
-            workdir=workdir,
-            settings=settings.replace(sandbox="none"),
-            opencode=RecordedOpenCode.from_lines([]),
-        )
-    )
+    result = _run(upstream, settings, workdir, RecordedOpenCode.from_lines([]))
     assert result.usage.requests == 0 and result.cost == 0.0 and upstream.requests == []
     row = sqlite3.connect(settings.ledger_location.path).execute("SELECT requests, cost FROM runs").fetchone()
     assert row == (0, 0.0)

@@ -50,17 +50,9 @@ class RecordedOpenCode:
     def from_file(cls, path: str | Path) -> RecordedOpenCode:
         return cls.from_lines(Path(path).read_text(encoding="utf-8").splitlines())
 
-    def __call__(
-        self,
-        argv: Sequence[str],
-        *,
-        env: dict[str, str],
-        cwd: Path,
-        prompt: str,
-        tag: str,
-        pass_fds: Sequence[int] = (),
-    ) -> OpenCodeProcess:
-        return _Replay(self.steps, argv, env=env, cwd=cwd, prompt=prompt, tag=tag, pass_fds=pass_fds)
+    def __call__(self, argv: Sequence[str], **process: Any) -> OpenCodeProcess:
+        """The replay of one run, made as the run makes OpenCode's process (env, cwd, prompt, tag)."""
+        return _Replay(self.steps, argv, **process)
 
 
 class _Replay(OpenCodeProcess):

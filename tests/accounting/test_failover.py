@@ -47,7 +47,7 @@ def ledger_cli(team: LedgerLocation, *args: str) -> Result:
 
 
 def end(ledger: Ledger, run_id: str) -> None:
-    ledger.update_run(run_row(run_id, ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None, usage=RunUsage(1000, 50, 600, 0, 10, requests=2), cost=0.002, unpriced=0))  # fmt: skip
+    ledger.update_run(run_row(run_id, ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", usage=RunUsage(1000, 50, 600, 0, 10, requests=2), cost=0.002))  # fmt: skip
 
 
 def test_a_database_restarted_mid_run_loses_nothing_and_sync_ships_the_spool_once(

@@ -53,18 +53,7 @@ def record(
 
 
 def start(ledger: Ledger, run_id: str, metadata: dict | None = None, tags: tuple[str, ...] = ("harness",)) -> None:
-    ledger.start_run(
-        builders.run_row(
-            run_id,
-            started_at=1_790_000_000.0,
-            model="litellm_proxy/coder",
-            mode="gateway",
-            workdir="/w",
-            metadata=metadata or {},
-            tags=tags,
-            session_id=None,
-        )
-    )
+    ledger.start_run(builders.run_row(run_id, model="litellm_proxy/coder", metadata=metadata or {}, tags=tags))
 
 
 def test_runs_and_requests_are_written(ledger_at: LedgerLocation) -> None:
@@ -78,7 +67,6 @@ def test_runs_and_requests_are_written(ledger_at: LedgerLocation) -> None:
             ended_at=1_790_000_100.0,
             session_id="ses_1",
             stop_reason="done",
-            error=None,
             usage=RunUsage(1000, 50, 600, 0, 10, requests=2, usage_missing_requests=1),
             cost=0.001,
             unpriced=1,

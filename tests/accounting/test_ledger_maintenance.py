@@ -36,7 +36,7 @@ def old_ledger(path: Path) -> Path:
         ledger.record_approval("run_done", ask)
     ledger.record_request("run_done", record("a", cost=0.125))
     ledger.record_request("run_done", record("b", usage=None, cost=None, source="unpriced"))
-    ledger.update_run(run_row("run_done", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", error=None, usage=RunUsage(1000, 50, 600, 0, 10, requests=2), cost=0.125, unpriced=1))  # fmt: skip
+    ledger.update_run(run_row("run_done", ended_at=1_790_000_100.0, session_id="ses_1", stop_reason="done", usage=RunUsage(1000, 50, 600, 0, 10, requests=2), cost=0.125, unpriced=1))  # fmt: skip
     start(ledger, "run_open", {"ticket": "ENG-2"}, tags=("harness", "nightly"))
     ledger.record_request("run_open", record("c", cost=0.5))
     ledger.close()

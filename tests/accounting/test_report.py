@@ -75,18 +75,7 @@ def fill(location: LedgerLocation) -> LedgerLocation:
         ("r4", {}, ("harness", "opencode"), [request("r4", 1, (10, 1, 0), 0.0001, started_at=DAY2)]),
     ]
     for run_id, metadata, tags, records in runs:
-        ledger.start_run(
-            run_row(
-                run_id,
-                started_at=DAY1,
-                model="litellm_proxy/coder",
-                mode="gateway",
-                workdir="/w",
-                metadata=metadata,
-                tags=tags,
-                session_id=None,
-            )
-        )
+        ledger.start_run(run_row(run_id, started_at=DAY1, model="litellm_proxy/coder", metadata=metadata, tags=tags))
         for r in records:
             ledger.record_request(run_id, r)
     ledger.close()
@@ -172,9 +161,7 @@ def test_bad_report_arguments_are_settings_errors(filled: LedgerLocation, kwargs
 
 def test_by_workdir_project_week_and_month(filled: LedgerLocation) -> None:
     ledger = Ledger(filled)
-    ledger.start_run(
-        run_row("r5", started_at=DAY2, model="m", mode="sdk", workdir="/src/app", metadata={}, tags=(), session_id=None)
-    )
+    ledger.start_run(run_row("r5", started_at=DAY2, mode="sdk", workdir="/src/app"))
     ledger.record_request("r5", request("r5", 1, (7, 1, 0), 0.001, started_at=DAY2 + 40 * 86_400))
     ledger.close()
     assert {g.key: g.requests for g in build_report(filled, by="workdir").groups} == {"/w": 6, "/src/app": 1}
@@ -199,18 +186,7 @@ def test_a_word_that_is_no_dimension_and_no_metadata_key_is_an_error_naming_both
 
 def test_by_run_marks_runs_that_are_unfinished_or_abandoned(filled: LedgerLocation) -> None:
     ledger = Ledger(filled)
-    ledger.update_run(
-        run_row(
-            "r1",
-            ended_at=DAY1 + 5,
-            session_id=None,
-            stop_reason="done",
-            error=None,
-            usage=RunUsage(),
-            cost=0.015,
-            unpriced=0,
-        )
-    )
+    ledger.update_run(run_row("r1", ended_at=DAY1 + 5, stop_reason="done", usage=RunUsage(), cost=0.015))
     ledger.abandon("r2")
     ledger.close()
     report = build_report(filled, by="run")
@@ -224,18 +200,7 @@ def test_by_run_marks_runs_that_are_unfinished_or_abandoned(filled: LedgerLocati
 def test_the_report_says_the_share_read_from_cache_and_what_caching_saved(ledger_at: LedgerLocation) -> None:
     path = ledger_at
     ledger = Ledger(path)
-    ledger.start_run(
-        run_row(
-            "r",
-            started_at=DAY1,
-            model="m",
-            mode="sdk",
-            workdir="/w",
-            metadata={"ticket": "T"},
-            tags=(),
-            session_id=None,
-        )
-    )
+    ledger.start_run(run_row("r", started_at=DAY1, mode="sdk", metadata={"ticket": "T"}))
     for n, saved in enumerate((0.004, -0.001, 0.0)):
         ledger.record_request(
             "r",
@@ -266,28 +231,10 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(filled: LedgerLo
         ("r6", "interrupted", "interrupted before it ended (Ctrl-C, ...)"),
     ):
         ledger.start_run(
-            run_row(
-                run_id,
-                started_at=DAY2,
-                model="litellm_proxy/x",
-                mode="gateway",
-                workdir="/w",
-                metadata={"ticket": "ENG-3"},
-                tags=("harness",),
-                session_id=None,
-            )
+            run_row(run_id, started_at=DAY2, model="litellm_proxy/x", metadata={"ticket": "ENG-3"}, tags=("harness",))
         )
         ledger.update_run(
-            run_row(
-                run_id,
-                ended_at=DAY2 + 1,
-                session_id=None,
-                stop_reason=outcome,
-                error=error,
-                usage=RunUsage(),
-                cost=0.0,
-                unpriced=0,
-            )
+            run_row(run_id, ended_at=DAY2 + 1, stop_reason=outcome, error=error, usage=RunUsage(), cost=0.0)
         )
     ledger.close()
     outcomes = {g.key: g for g in build_report(filled, by="outcome").groups}
@@ -304,18 +251,7 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(filled: LedgerLo
 def test_costs_in_json_carry_no_float_noise(ledger_at: LedgerLocation) -> None:
     path = ledger_at
     ledger = Ledger(path)
-    ledger.start_run(
-        run_row(
-            "r",
-            started_at=DAY1,
-            model="m",
-            mode="sdk",
-            workdir="/w",
-            metadata={"ticket": "T"},
-            tags=(),
-            session_id=None,
-        )
-    )
+    ledger.start_run(run_row("r", started_at=DAY1, mode="sdk", metadata={"ticket": "T"}))
     for n, cost in enumerate((0.001416, 0.001416)):  # 0.0028320000000000003 as floats add up
         ledger.record_request("r", request("r", n, (10, 1, 0), cost))
     ledger.close()
@@ -387,7 +323,7 @@ def test_both_backends_give_the_same_report(by: str, tmp_path: Path, postgres: P
 def test_a_number_in_metadata_is_its_text_in_groups_filters_and_budgets(ledger_at: LedgerLocation) -> None:
     ledger = Ledger(ledger_at)
     for run_id, pr in (("a", 42), ("b", 42), ("c", 7.5)):
-        ledger.start_run(run_row(run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata={"pr": pr}, tags=(), session_id=None))  # fmt: skip
+        ledger.start_run(run_row(run_id, started_at=DAY1, mode="sdk", metadata={"pr": pr}))  # fmt: skip
         ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
     cap = PeriodBudget.from_setting("pr", {"per": "day", "max_requests": 2})
     verdict = ledger.hold(Claim("x", ((cap, "42"),), Spent(1, 10, 0.0), DAY1 + 60)).result()
@@ -411,7 +347,7 @@ def hostile(tmp_path: Path) -> LedgerLocation:
     location = LedgerLocation(path=tmp_path / "ledger.db")
     ledger = Ledger(location)
     for run_id, metadata in (("h1", HOSTILE), ("h2", {"ticket": "+cmd|' /C calc'!A0", "team": "@SUM(1)"})):
-        ledger.start_run(run_row(run_id, started_at=DAY1, model="m", mode="sdk", workdir="/w", metadata=metadata, tags=(), session_id=None))  # fmt: skip
+        ledger.start_run(run_row(run_id, started_at=DAY1, mode="sdk", metadata=metadata))  # fmt: skip
         ledger.record_request(run_id, request(run_id, 1, (10, 1, 0), 0.001))
     ledger.close()
     return location

@@ -202,7 +202,6 @@ def test_what_the_ledger_holds_is_shown_as_text_never_run_as_markup(tmp_path: Pa
             "run_x",
             started_at=1_796_000_000.0,
             model=HOSTILE,
-            mode="gateway",
             workdir=HOSTILE,
             metadata={"ticket": HOSTILE},
             tags=(HOSTILE,),
@@ -258,16 +257,7 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     ):
         run_id = f"run_{number}"
         ledger.start_run(
-            run_row(
-                run_id,
-                started_at=day + hour * 3600,
-                model=model,
-                mode="sdk",
-                workdir="/w",
-                metadata={"ticket": f"ENG-{number}"},
-                tags=(),
-                session_id=None,
-            )
+            run_row(run_id, started_at=day + hour * 3600, model=model, mode="sdk", metadata={"ticket": f"ENG-{number}"})
         )
         ledger.record_request(
             run_id,

@@ -72,11 +72,8 @@ def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start
                 run_id,
                 started_at=started,
                 model=model,
-                mode="gateway",
-                workdir="/w",
                 metadata={"ticket": f"ENG-{400 + number % 5}"},
                 tags=("harness",),
-                session_id=None,
             )
         )
         for index in range(requests_per_run):
@@ -106,10 +103,8 @@ def spend_ledger(path: Path, runs: int = 12, requests_per_run: int = 3, *, start
                 ended_at=started + 10,
                 session_id="ses_1",
                 stop_reason="done",
-                error=None,
                 usage=RunUsage(0, 0, 0, 0, 0, requests=requests_per_run, usage_missing_requests=0),
                 cost=0.0,
-                unpriced=0,
             )
         )
     ledger.close()

@@ -88,7 +88,7 @@ def test_a_ledger_in_a_data_dir_inside_the_checkout_survives_an_agent_that_tampe
     SQLite keeps beside it (-wal, -shm) to read another run's ticket in or truncate under the gateway."""
     data_dir = workdir / ".gateway"
     earlier = Ledger(LedgerLocation(path=data_dir / "ledger.db"))
-    earlier.start_run(run_row("earlier", started_at=1.0, model="m", mode="sdk", workdir="/w", metadata={"ticket": "SECRET-TICKET-41"}, tags=(), session_id=None))  # fmt: skip
+    earlier.start_run(run_row("earlier", started_at=1.0, mode="sdk", metadata={"ticket": "SECRET-TICKET-41"}))  # fmt: skip
     earlier.close()
     tamper = (
         "ls -a .gateway > seen.txt 2>&1; cat .gateway/ledger.db* >> seen.txt 2>&1;"
