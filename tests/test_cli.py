@@ -118,9 +118,7 @@ def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message
 
 
 @pytest.mark.parametrize("how", ["stdin", "argv"])
-def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(
-    how: str, tmp_path: Path, workdir: Path, opencode_bin: str
-) -> None:
+def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(how: str, tmp_path: Path, workdir: Path) -> None:
     ledger = tmp_path / "ledger.db"
     garbage = b"fix \xff\xfe\x00\x9c it"
     argv = [
@@ -131,7 +129,7 @@ def test_a_prompt_that_is_not_utf8_is_exit_2_before_anything_starts(
         "--api-key",
         "sk-x",
         "--opencode-bin",
-        opencode_bin,
+        "/nonexistent/opencode",  # refused before OpenCode is looked for
         "--workdir",
         str(workdir),
         "--ledger",

@@ -101,15 +101,18 @@ def test_status_names_the_backend_and_schema_version(ledger_at: LedgerLocation) 
     ],
 )
 def test_a_ledger_url_that_cannot_work_is_exit_2_in_one_line_with_the_password_masked(
-    url: str, message: str, postgres: Postgres, opencode_bin: str
+    url: str, message: str, postgres: Postgres
 ) -> None:
     url = url.format(port=postgres.port)
+    run = ["run", "hi", "-m", "openai/gpt-4o-mini", "--api-base", "http://127.0.0.1:9/v1", "--ledger", url]
+    # A URL that cannot work is refused before OpenCode is looked for; one the server refuses, once
+    # the run opens its ledger, with OpenCode found (tests/e2e/test_team_ledger.py).
     for command in (
         ["report", "--ledger", url],
         ["ledger", "status", "--ledger", url],
-        ["run", "hi", "-m", "openai/gpt-4o-mini", "--api-base", "http://127.0.0.1:9/v1", "--ledger", url],
+        *([] if "refused" in message else [[*run, "--opencode-bin", "/nonexistent/opencode"]]),
     ):
-        result = cli(*command, "--opencode-bin", opencode_bin) if command[0] == "run" else cli(*command)
+        result = cli(*command)
         if command[:2] == ["ledger", "status"] and "refused" in message:
             assert result.returncode == 1 and message in result.stdout  # status reports it, as its finding
         else:

@@ -16,6 +16,7 @@ import pytest
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import LedgerLocation
 from opencode_gateway.config.settings import Settings
+from tests.support.cli import cli
 from tests.support.inspection import opencode_as_seen
 from tests.support.ledger import select
 from tests.support.postgres import PASSWORD, Postgres
@@ -98,3 +99,17 @@ def test_five_runs_from_two_machines_under_a_ticket_s_day_cap_make_at_most_its_c
         groups
     )  # refused at the endpoint
     assert PASSWORD not in "".join(out + err for out, err in outputs) + report.stdout + report.stderr
+
+
+@pytest.mark.parametrize("database", ["no_such_db", "postgres"])
+def test_a_run_on_a_ledger_that_refuses_the_connection_is_exit_2_before_opencode_starts(
+    database: str, postgres: Postgres, opencode_bin: str, workdir: Path
+) -> None:
+    password = PASSWORD if database == "no_such_db" else f"wrong-{PASSWORD}"
+    url = f"postgresql://llmproxy:{password}@127.0.0.1:{postgres.port}/{database}"
+    result = cli(
+        *["run", "hi", "-m", "openai/gpt-4o-mini", "--api-base", "http://127.0.0.1:9/v1", "--ledger", url],
+        *["--opencode-bin", opencode_bin, "--workdir", str(workdir)],
+    )
+    assert result.returncode == 2 and "refused the connection" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and PASSWORD not in result.stderr and "***" in result.stderr

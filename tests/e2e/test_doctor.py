@@ -1,12 +1,17 @@
-"""`opencode-gateway doctor`, run as a user runs it: one line per check, exit 1 when any fails."""
+"""`opencode-gateway doctor`, run as a user runs it: one line per check, exit 1 when any fails.
+End to end: it checks this machine's real programs (OpenCode, rg, bubblewrap) and ledgers."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import cli
 from tests.support.postgres import PASSWORD, Postgres
+
+pytestmark = pytest.mark.e2e
 
 
 def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -> None:
