@@ -30,6 +30,7 @@ __all__ = [
     "known_models",
     "make_private_dirs",
     "opencode_model",
+    "permission_of",
     "permission_rules",
     "seed_config_dir",
 ]
@@ -53,6 +54,22 @@ TOOLS: Mapping[str, tuple[str, ...]] = {
     "skill": ("skill",),
     "todowrite": ("todowrite",),
 }
+
+# OpenCode's own tools whose permission key is another's (the rest are their own key): what a
+# permission rule of TOOLS' keys applies to, as OpenCode checks a call of the native tool.
+_PERMISSION_OF_NATIVE = {
+    "write": "edit",
+    "patch": "edit",
+    "multiedit": "edit",
+    "apply_patch": "edit",
+    "websearch": "webfetch",
+}
+
+
+def permission_of(native_tool: str) -> str:
+    """The permission key OpenCode checks a call of `native_tool` against."""
+    return _PERMISSION_OF_NATIVE.get(native_tool, native_tool)
+
 
 # The read-only and edit modes deny everything not listed, MCP tools included.
 _READ_ONLY_ALLOWED = ("read", "glob", "grep", "list", "lsp", "skill", "todowrite", "todoread", "task")

@@ -229,9 +229,6 @@ def opencode_process(
 
 
 # OpenCode's tools whose permission has another name (one permission gates write, edit and patch)
-_PERMISSION_OF = {"write": "edit", "patch": "edit", "multiedit": "edit", "apply_patch": "edit", "websearch": "webfetch"}
-
-
 def mode_denial(settings: RunSettings) -> Callable[[str], str | None]:
     """What the run's permission mode denies, for approvals: denied before anything is asked. An
     agent's own mode (no --permissions, not build) is OpenCode's to apply."""
@@ -241,7 +238,7 @@ def mode_denial(settings: RunSettings) -> Callable[[str], str | None]:
     def denied(tool: str) -> str | None:
         if not rules or tool == "invalid":  # the model named no offered tool: OpenCode tells it so
             return None
-        permission = _PERMISSION_OF.get(tool, tool)
+        permission = oc_config.permission_of(tool)
         matching = [value for key, value in rules.items() if fnmatch.fnmatchcase(permission, key)]
         rule = matching[-1] if matching else "allow"  # OpenCode's rule: the last that matches wins
         if rule == "deny":

@@ -9,9 +9,11 @@ import pytest
 
 from opencode_gateway.errors import ConfigConflict, SettingsError
 from opencode_gateway.opencode.config import (
+    TOOLS,
     build_config,
     build_env,
     check_agent,
+    permission_of,
     permission_rules,
     seed_config_dir,
 )
@@ -59,6 +61,15 @@ def test_no_mode_ever_asks() -> None:
 def test_disabled_tools_are_denied_by_their_opencode_names() -> None:
     rules = permission_rules("full", ["bash", "ls", "web_search", "write"])
     assert rules["bash"] == rules["list"] == rules["webfetch"] == rules["websearch"] == rules["edit"] == "deny"
+
+
+def test_a_native_tool_is_checked_against_a_permission_key_a_tool_name_has() -> None:
+    """What the approvals' mode check asks (runs/assembly.py): a native edit tool is checked as
+    `edit`, OpenCode's websearch as `webfetch`; every key it comes to is one TOOLS gives."""
+    keys = {key for keys in TOOLS.values() for key in keys}
+    for native in ("write", "patch", "multiedit", "apply_patch", "websearch", "edit", "bash", "list"):
+        assert permission_of(native) in keys, native
+    assert (permission_of("multiedit"), permission_of("websearch")) == ("edit", "webfetch")
 
 
 def test_an_unknown_tool_name_is_refused_with_the_known_ones() -> None:
