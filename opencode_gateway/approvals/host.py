@@ -30,7 +30,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..credentials import redact, redacted
-from ..endpoint.http import bearer
 from .policy import ApprovalRequest, Policy, subject_of
 
 __all__ = ["Approval", "Approvals", "Approve", "Decided"]
@@ -74,7 +73,6 @@ class Approvals:
         self,
         policy: Policy,
         *,
-        token: str,
         denied_by_mode: Callable[[str], str | None],
         workdir: str,
         timeout: float,
@@ -85,7 +83,6 @@ class Approvals:
         hello_wait: float = 10.0,
     ) -> None:
         self.policy = policy
-        self._token = token
         self._secrets = tuple(secrets)
         self.approve = approve
         self.timeout = timeout
@@ -105,15 +102,12 @@ class Approvals:
             return "the approval plugin did not load in OpenCode, so tool calls would not be asked about"
         return None
 
-    def _authorized(self, request: Request) -> bool:
-        return hmac.compare_digest(bearer(request.headers) or "", self._token)
-
-    def routes(self) -> list[Route]:
-        """The plugin's two routes on the run's endpoint, behind the run's token."""
-        authorized = self._authorized
+    def routes(self, authorized: Callable[[Mapping[str, str]], bool]) -> list[Route]:
+        """The plugin's two routes on the run's endpoint, behind the run's token (`authorized`:
+        the endpoint's own check of a request's headers)."""
 
         async def hello(request: Request) -> Response:
-            if not authorized(request):
+            if not authorized(request.headers):
                 return _json({"error": "missing or wrong bearer token"}, 401)
             if self._said_hello.is_set():  # the plugin said it first: whoever asks again is not it
                 return _json({"error": "this run's approval plugin has already said hello"}, 403)
@@ -121,7 +115,7 @@ class Approvals:
             return _json({"key": self._key})
 
         async def ask(request: Request) -> Response:
-            if not authorized(request):
+            if not authorized(request.headers):
                 return _json({"error": "missing or wrong bearer token"}, 401)
             if not hmac.compare_digest(request.headers.get("x-approval-key", ""), self._key):
                 return _json({"decision": "deny", "reason": "only the run's approval plugin may ask"}, 403)

@@ -41,7 +41,6 @@ from .wiring import opencode_env, upstream_for
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
-    from starlette.routing import Route
 
     from ..approvals.host import Approvals, Decided
     from ..endpoint.hooks import Gates, Observers
@@ -129,26 +128,24 @@ def endpoint_app(
     account: RunAccount,
     observers: Observers,
     gates: Gates,
-    routes: Sequence[Route] = (),
+    approvals: Approvals | None = None,
 ) -> Starlette:
     """The run's endpoint: its token, its targets, the run's secrets scrubbed from what it says,
     priced by the run's prices, each answer's text kept (the run's answer is taken from them)."""
     from ..endpoint.app import Endpoint, create_app  # starlette and httpx: imported while OpenCode starts
 
-    return create_app(
-        Endpoint(
-            router=router(token, where, settings),
-            secrets=(*settings.secrets, token),
-            pricer=account.pricer,
-            estimate_usage=settings.estimate_usage,
-            first_byte_timeout=settings.upstream_limits.first_byte_timeout,
-            max_body_bytes=settings.upstream_limits.max_body_bytes,
-            keep_answers=True,
-            observers=observers,
-            gates=gates,
-        ),
-        routes,
+    endpoint = Endpoint(
+        router=router(token, where, settings),
+        secrets=(*settings.secrets, token),
+        pricer=account.pricer,
+        estimate_usage=settings.estimate_usage,
+        first_byte_timeout=settings.upstream_limits.first_byte_timeout,
+        max_body_bytes=settings.upstream_limits.max_body_bytes,
+        keep_answers=True,
+        observers=observers,
+        gates=gates,
     )
+    return create_app(endpoint, approvals.routes(endpoint.authorized) if approvals is not None else ())
 
 
 def router(token: str, targets: Mapping[str, Target], settings: RunSettings) -> RunRouter:
@@ -291,7 +288,6 @@ def _asked(request: ApprovalRequest) -> ApprovalAsked:
 
 def run_approvals(
     plan: Plan,
-    token: str,
     secrets: Sequence[str],
     account: RunAccount,
     seen: Callable[[Event], Event],
@@ -310,7 +306,6 @@ def run_approvals(
     settings = plan.settings
     return Approvals(
         settings.approvals or Policy(),
-        token=token,
         denied_by_mode=mode_denial(settings),
         workdir=str(plan.workdir),
         timeout=settings.approval_timeout,

@@ -232,7 +232,7 @@ class _Run:
         self.trace = RunTrace(run_tracing(plan.settings), self.account.run_id, self.secrets)
         self.order = CausalOrder()
         self.state = _State(warnings=list(plan.notes))  # all that changes as the run goes
-        self.approvals = run_approvals(plan, self.token, self.secrets, self.account, self.seen, self.trace)
+        self.approvals = run_approvals(plan, self.secrets, self.account, self.seen, self.trace)
 
     def recorded(self, record: RequestRecord) -> None:
         """A request's record, counted (and committed) by the account: out as an event. The
@@ -320,8 +320,8 @@ class _Run:
             self.state.preflight = Preflight(settings, self.state.process)
             warm = asyncio.ensure_future(asyncio.to_thread(warm_up, settings, self.plan.session_id))
             where.update(targets(settings, tagging, self.account, self.parts))
-            routes = self.approvals.routes() if self.approvals else ()
-            server.app = endpoint_app(settings, self.token, where, self.account, _Observers(self), _Gates(self), routes)
+            observers, gates = _Observers(self), _Gates(self)
+            server.app = endpoint_app(settings, self.token, where, self.account, observers, gates, self.approvals)
             async with server:
                 ended = await self.state.process.run(self.printed, max(deadline - time.monotonic(), 0.0))
             if self.state.preflight is not None:

@@ -23,7 +23,6 @@ def _approvals(approve: Any = None, denied: Callable[[str], str | None] = lambda
     seen: list[Any] = []
     approvals = Approvals(
         POLICY,
-        token=TOKEN,
         denied_by_mode=denied,
         workdir="/work",
         timeout=extra.pop("timeout", 5.0),
@@ -36,7 +35,7 @@ def _approvals(approve: Any = None, denied: Callable[[str], str | None] = lambda
 
 
 async def _client(approvals: Approvals) -> httpx.AsyncClient:
-    app = Starlette(routes=approvals.routes())
+    app = Starlette(routes=approvals.routes(lambda headers: headers.get("authorization") == f"Bearer {TOKEN}"))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://endpoint")
 
 
