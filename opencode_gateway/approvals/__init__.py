@@ -4,4 +4,4 @@
 OpenCode loads, its routes on the run's endpoint, and who answers). The runner wires it into a
 run. Nothing is imported here: the settings read `policy` without starlette.
 
-May import: errors, credentials, terminal, endpoint/'s HTTP helpers."""
+May import: errors, credentials, terminal. The endpoint's token check is handed to its routes."""
