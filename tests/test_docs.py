@@ -1,5 +1,6 @@
 """The docs' command synopses (docs/cli.md, docs/costs.md) name every flag `--help` lists, so the two cannot drift
-apart; the README stays a page people read, and links only to what exists."""
+apart; the settings' reference and the example file follow the settings' table; the README stays a
+page people read, and links only to what exists."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.cli.program import build_parser
+from opencode_gateway.config.fields import MARK, reference
+from opencode_gateway.config.settings import TABLE, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -75,3 +78,18 @@ def test_the_readme_is_short_and_every_link_it_and_the_docs_hold_leads_somewhere
             if anchor and linked.suffix == ".md":
                 headings = [_slug(h) for h in re.findall(r"^#+ (.*)$", linked.read_text(), re.M)]
                 assert anchor in headings, f"{page.name} links to {target}: no such heading in {linked.name}"
+
+
+def test_the_settings_reference_is_the_tables() -> None:
+    page = (ROOT / "docs" / "settings.md").read_text()
+    assert MARK in page, "docs/settings.md lost its marker: restore it and run scripts/settings-reference"
+    assert page.partition(MARK)[1] + page.partition(MARK)[2] == reference(Settings), (
+        "docs/settings.md is stale: run scripts/settings-reference"
+    )
+
+
+def test_the_example_settings_file_names_every_setting_and_nothing_else() -> None:
+    text = (ROOT / "config.example.yaml").read_text()
+    keys = set(re.findall(r"^#? ?([a-z_]+):", text, re.M))  # set, or shown commented out
+    assert sorted(set(TABLE) - keys) == [], "config.example.yaml lacks these settings"
+    assert sorted(keys - set(TABLE)) == [], "config.example.yaml names keys that are no settings"

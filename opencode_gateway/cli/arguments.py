@@ -5,17 +5,16 @@ with a message that says which."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._yaml import load_yaml
 from ..approvals.policy import Policy, parse_policy
 from ..config.file import load_settings
-from ..config.settings import Settings
+from ..config.settings import TABLE, Settings
 from ..errors import SettingsError, one_line
 
 __all__ = ["api_key_of", "output_schema", "pairs", "read_text_file", "settings_of", "stdin_text"]
@@ -61,27 +60,25 @@ def output_schema(path: str | None) -> dict[str, Any] | None:
 
 def settings_of(args: argparse.Namespace) -> Settings:
     """The settings file (--config) with the flags over it. A flag sets the setting of the same
-    name (its argparse dest); a repeatable one adds to the file's list, or, for --metadata, to its
-    mapping; a file flag is read here."""
+    name (its argparse dest, cli/flags.py); a repeatable one adds to the file's list or mapping; a
+    file flag is read here."""
     base = load_settings(args.config)
     key = api_key_of(args)  # --api-key, or --api-key-file read
     changes: dict[str, Any] = {} if key is None else {"api_key": key}
     if getattr(args, "api_key_file", None):
         changes["secret_files"] = (*base.secret_files, Path(args.api_key_file).resolve())
-    for setting in dataclasses.fields(Settings):
-        given = getattr(args, setting.name, None)
-        if setting.name in changes or given is None or given == []:
+    for name, row in TABLE.items():
+        given = getattr(args, name, None)
+        if name in changes or given is None or given == []:
             continue
-        if setting.name in _FROM_FILE:
-            changes[setting.name] = _FROM_FILE[setting.name](given)
-        elif setting.name == "metadata":
-            changes["metadata"] = {**base.metadata, **pairs(given)}
-        elif setting.name == "routes":
-            changes["routes"] = {**base.routes, **pairs(given, "--route", "compaction=openai/gpt-4.1")}
-        elif isinstance(given, list):
-            changes[setting.name] = (*getattr(base, setting.name), *map(_PATHS.get(setting.name, str), given))
+        if name in _FROM_FILE:
+            changes[name] = _FROM_FILE[name](given)
+        elif isinstance(getattr(base, name), Mapping):  # KEY=VALUE pairs, over the file's
+            changes[name] = {**getattr(base, name), **pairs(given, row.flag[-1], _EXAMPLES.get(name, ""))}
+        elif isinstance(given, list):  # added to the file's list; paths resolved where the flag was given
+            changes[name] = (*getattr(base, name), *map(_absolute if row.paths else str, given))
         else:
-            changes[setting.name] = given
+            changes[name] = given
     return base.replace(**changes)
 
 
@@ -116,4 +113,4 @@ _FROM_FILE: dict[str, Callable[[str], Any]] = {
     "instructions": lambda path: read_text_file(path, "instructions"),
     "approvals": _policy,
 }
-_PATHS = {"sandbox_allow_write": _absolute, "sandbox_allow_read": _absolute}  # resolved where the flag was given
+_EXAMPLES = {"metadata": "ticket=ENG-412", "routes": "compaction=openai/gpt-4.1"}

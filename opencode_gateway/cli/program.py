@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ..config.options import TASK_OPTIONS
 from ..credentials import refuse_inspection
 from ..errors import GatewayError, SettingsError
 from ..opencode.binary import SUPPORTED
@@ -35,18 +36,7 @@ from .commands import (
     _cmd_serve,
     _cmd_sessions,
 )
-from .flags import (
-    Parser,
-    attribution_flags,
-    budget_flags,
-    common_flags,
-    ledger_flag,
-    limit_flags,
-    opencode_bin_flag,
-    route_flag,
-    sandbox_flags,
-    upstream_flags,
-)
+from .flags import Parser, common_flags, limit_flags, setting_flags, upstream_flags
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -56,19 +46,10 @@ __all__ = ["entry", "main"]
 def _run_command(commands: argparse._SubParsersAction[Parser]) -> None:
     run = commands.add_parser("run", help="run OpenCode once on a prompt")
     common_flags(run)
-    route_flag(run)
+    setting_flags(run, "route")
     upstream_flags(run)
-    attribution_flags(run)
-    run.add_argument("--agent", help="OpenCode agent (default: build)")
-    run.add_argument("--instructions", metavar="FILE", help="extra system instructions for the run, from a file")
-    run.add_argument(
-        "--skill",
-        dest="skills",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a skill folder (with a SKILL.md) the run may use; repeatable",
-    )
+    setting_flags(run, "attribution")
+    setting_flags(run, "run")
     run.add_argument(
         "--output-schema",
         metavar="FILE",
@@ -77,9 +58,9 @@ def _run_command(commands: argparse._SubParsersAction[Parser]) -> None:
     run.add_argument("--workdir", default=".", metavar="DIR", help="where OpenCode works (default: .)")
     run.add_argument("--session", metavar="ID", help="continue a session of an earlier run")
     limit_flags(run, "the run")
-    sandbox_flags(run)
-    opencode_bin_flag(run)
-    ledger_flag(run)
+    setting_flags(run, "sandbox")
+    setting_flags(run, "opencode_bin")
+    setting_flags(run, "ledger")
     run.add_argument("--json", action="store_true", help="print the RunResult as one JSON object")
     run.add_argument("--show-events", action="store_true", help="print events to stderr as they happen, as JSON")
     run.add_argument(
@@ -97,13 +78,11 @@ def _batch_command(commands: argparse._SubParsersAction[Parser]) -> None:
     batch.add_argument(
         "tasks",
         metavar="TASKS.jsonl",
-        help='one task a line: {"id", "prompt", optional '
-        "model, metadata, tags, workdir, permissions, disable_tools, agent, instructions, skills, "
-        "output, timeout, max_cost, max_requests, max_tokens}",
+        help=f'one task a line: {{"id", "prompt", optional {", ".join(TASK_OPTIONS)}}}',
     )
     common_flags(batch)
-    route_flag(batch)
-    attribution_flags(batch)
+    setting_flags(batch, "route")
+    setting_flags(batch, "attribution")
     batch.add_argument("--concurrency", type=int, default=4, metavar="N", help="tasks at a time (default: 4)")
     batch.add_argument(
         "--workdir-root",
@@ -115,14 +94,10 @@ def _batch_command(commands: argparse._SubParsersAction[Parser]) -> None:
     batch.add_argument("--batch-id", metavar="ID", help="the batch's id in the ledger (default: from the file's path)")
     upstream_flags(batch)
     limit_flags(batch, "each run")
-    sandbox_flags(batch)
-    opencode_bin_flag(batch)
-    ledger_flag(batch)
-    batch.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        help="where tasks run: this process (default) or a Ray cluster (pip install 'opencode-gateway[ray]')",
-    )
+    setting_flags(batch, "sandbox")
+    setting_flags(batch, "opencode_bin")
+    setting_flags(batch, "ledger")
+    setting_flags(batch, "batch")
     batch.add_argument(
         "--ray-address",
         metavar="ADDR",
@@ -159,7 +134,7 @@ def _serve_command(commands: argparse._SubParsersAction[Parser]) -> None:
         help="login: print a new one-time login URL of the running server's dashboard",
     )
     upstream_flags(serve)
-    ledger_flag(serve)
+    setting_flags(serve, "ledger")
     serve.set_defaults(handler=_cmd_serve)
 
 
@@ -174,11 +149,11 @@ def _launchers_command(commands: argparse._SubParsersAction[Parser]) -> None:
     ):
         launcher = commands.add_parser(name, help=help_text)
         common_flags(launcher)
-        attribution_flags(launcher)
-        budget_flags(launcher, "each session of this launch")
-        opencode_bin_flag(launcher)
+        setting_flags(launcher, "attribution")
+        setting_flags(launcher, "budget", "each session of this launch")
+        setting_flags(launcher, "opencode_bin")
         if name == "opencode":
-            sandbox_flags(launcher)
+            setting_flags(launcher, "sandbox")
             launcher.add_argument(
                 "opencode_args",
                 nargs=argparse.REMAINDER,
@@ -191,7 +166,7 @@ def _launchers_command(commands: argparse._SubParsersAction[Parser]) -> None:
 def _config_command(commands: argparse._SubParsersAction[Parser]) -> None:
     config = commands.add_parser("config", help="print the isolated opencode.json a run would use")
     common_flags(config)
-    route_flag(config)
+    setting_flags(config, "route")
     config.add_argument("--out", metavar="PATH", help="write it to a file instead of stdout")
     config.set_defaults(handler=_cmd_config)
 
@@ -236,7 +211,7 @@ def _ledger_command(commands: argparse._SubParsersAction[Parser]) -> None:
     imported = actions.add_parser("import", help="merge a SQLite ledger file into the configured ledger")
     imported.add_argument("file", metavar="FILE.db", help="a ledger file (runs already there are not added twice)")
     for parser in (status, sync, imported):
-        ledger_flag(parser)
+        setting_flags(parser, "ledger")
         parser.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
         parser.set_defaults(handler=_cmd_ledger)
@@ -253,8 +228,8 @@ def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
     doctor.add_argument("--config", metavar="FILE", help="settings file (see config.example.yaml)")
     upstream_flags(doctor)
     doctor.add_argument("--sandbox", choices=SANDBOX_KINDS, help="the sandbox to check (default: auto)")
-    opencode_bin_flag(doctor)
-    ledger_flag(doctor)
+    setting_flags(doctor, "opencode_bin")
+    setting_flags(doctor, "ledger")
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     doctor.set_defaults(handler=_cmd_doctor)
 
@@ -298,7 +273,7 @@ def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
         help="write the spend dashboard (charts, top groups, runs and their "
         "requests) as one HTML file that opens with no network",
     )
-    ledger_flag(report)
+    setting_flags(report, "ledger")
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
     report.add_argument(
         "--reconcile",

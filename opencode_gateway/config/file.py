@@ -4,7 +4,6 @@ taken beside the file."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 import typing
@@ -14,7 +13,8 @@ from typing import Any
 
 from .._yaml import load_yaml
 from ..errors import SettingsError
-from .settings import Settings, json_kinds
+from .fields import json_kinds
+from .settings import TABLE, Settings
 
 __all__ = ["ENV_PREFIX", "FILE_PREFIX", "beside", "load_settings"]
 
@@ -27,11 +27,9 @@ def beside(file: Path, paths: Iterable[str]) -> list[str]:
     return [str(file.parent / Path(path).expanduser()) for path in paths]
 
 
-# What config.yaml may contain (every setting), and the types each key may be written as.
+# What config.yaml may contain (every setting of the table), and the types each key may be written as.
 _HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
-_FILE_KEYS: dict[str, tuple[type, ...]] = {
-    f.name: json_kinds(_HINTS[f.name]) for f in dataclasses.fields(Settings) if f.metadata.get("setting", True)
-}
+_FILE_KEYS: dict[str, tuple[type, ...]] = {name: json_kinds(_HINTS[name]) for name in TABLE}
 
 
 def _resolve_env(value: Any, where: str) -> Any:
@@ -97,19 +95,14 @@ def _checked(file: Path, key: str, value: Any) -> Any:
     return value
 
 
-_PATH_LISTS = ("skills", "sandbox_allow_write", "sandbox_allow_read")
-
-
 def _placed(file: Path, key: str, value: Any, secret_files: list[Path]) -> Any:
     """A checked value as the settings take it: paths beside the file, a `file:` key read (its file
-    a secret of the run's), the data dir and a ledger path with `~` expanded."""
-    if key in _PATH_LISTS and isinstance(value, list):
+    a secret of the run's), a ledger path with `~` expanded."""
+    if TABLE[key].paths and isinstance(value, list):
         return [str(Path(p).resolve()) for p in beside(file, value)]  # paths in a settings file: beside it
     if key == "api_key" and isinstance(value, str) and value.startswith(FILE_PREFIX):
         secret_files.append(Path(beside(file, [value[len(FILE_PREFIX) :]])[0]))
         return _key_from_file(file, value[len(FILE_PREFIX) :])
-    if key == "data_dir" and isinstance(value, str):
-        return Path(value).expanduser()
     if key == "ledger" and isinstance(value, str) and "://" not in value:
         return str(Path(value).expanduser())
     return value

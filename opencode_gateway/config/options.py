@@ -1,9 +1,10 @@
 """The options of one run, defined once.
 
 `RunOptions` is the keyword arguments of `run`, `arun`, `stream`, `astream` and `check` (typed with
-`Unpack`, so a type checker rejects a misspelt option or a wrong type). An option named like a
-`Settings` field overrides that setting for the run; the others (`PER_RUN`) exist only per run.
-A batch task may set the options in `TASK_OPTIONS`, checked against the types written here. An
+`Unpack`, so a type checker rejects a misspelt option or a wrong type). Every setting of a run
+(config/sections.py) is an option that overrides it for the run; the others (`PER_RUN`) exist only
+per run. A batch task may set the options in `TASK_OPTIONS` (the settings marked `task`, its
+workdir and output), checked against the types written here. An
 option left out is "not given" (the settings' value stands); `None` given on purpose clears an
 optional setting, e.g. `max_cost=None` lifts a settings file's cost limit for one run.
 """
@@ -16,7 +17,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
-from .settings import UNSET, Settings, json_kinds
+from .fields import json_kinds
+from .settings import TABLE, UNSET, Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,6 +45,7 @@ class RunOptions(TypedDict, total=False):
     approvals: a policy ({"rules": {tool: answer | {pattern: answer}}, "default": answer}, answers
         "allow", "deny" or "ask"); approve: fn(ApprovalRequest) -> "allow" | "deny" | Approval
         (or an async fn), asked what the policy asks about; approval_timeout: seconds, then a deny.
+    Every other setting (docs/settings.md) too, for this run: env, sandbox_network, ledger, pricing...
     opencode: a stand-in for OpenCode, e.g. RecordedOpenCode.from_file(path) (replays a recorded
         run; for tests of code that runs OpenCode, without OpenCode).
     settings: the rest (a Settings, e.g. from load_settings); the options above override it.
@@ -73,6 +76,26 @@ class RunOptions(TypedDict, total=False):
     sandbox: str
     approvals: Any
     approval_timeout: float
+    tag_metadata_keys: Sequence[str]
+    env: Sequence[str]
+    opencode_config: Mapping[str, Any]
+    mcp: Mapping[str, Any]
+    budgets: Mapping[str, Any]
+    connect_timeout: float
+    first_byte_timeout: float
+    idle_timeout: float
+    max_body_bytes: int
+    pricing: Mapping[str, Any]
+    estimate_usage: bool
+    prompt_caching: Mapping[str, str]
+    sandbox_network: str
+    sandbox_allow_write: Sequence[str]
+    sandbox_allow_read: Sequence[str]
+    data_dir: str | os.PathLike[str]
+    ledger: str | None
+    keep_sessions_days: float | None
+    diff_max_bytes: int
+    otel: Mapping[str, Any] | None
     approve: Any
     opencode: Any
     settings: Settings
@@ -90,24 +113,8 @@ PER_RUN = (
     "approve",
     "opencode",
 )  # not settings: this run's own
-TASK_OPTIONS = (
-    "model",
-    "small_model",
-    "metadata",
-    "tags",
-    "workdir",
-    "permissions",
-    "disable_tools",
-    "agent",
-    "instructions",
-    "skills",
-    "output",
-    "timeout",
-    "max_cost",
-    "max_requests",
-    "max_tokens",
-    "max_turns",
-)
+# What a batch task's line may set: its own workdir and output, and the settings the table marks `task`.
+TASK_OPTIONS = ("workdir", "output", *(name for name, row in TABLE.items() if row.task))
 
 
 def task_kinds() -> dict[str, tuple[type, ...]]:

@@ -14,39 +14,40 @@ import importlib.util
 import math
 import os
 import re
-import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 from ..accounting.budget import Budget, PeriodBudget
 from ..accounting.ledger.location import LedgerLocation
 from ..accounting.price_map import context_window
 from ..accounting.pricing import Price
-from ..approvals.policy import Policy, parse_policy
+from ..approvals.policy import parse_policy
 from ..credentials import gateway_keys, held_secrets
-from ..domain import Mode, ModelRoute
-from ..endpoint.limits import UpstreamLimits
+from ..domain import ModelRoute
 from ..errors import SettingsError
 from ..observability.traces import INSTALL, OtelConfig
 from ..opencode.agent import AgentConfig
 from ..opencode.purpose import BACKGROUND
-from ..opencode.sandbox import SandboxConfig
 from .attribution import check_attribution
+from .fields import json_kinds, table
+from .sections import (
+    AgentSection,
+    AttributionSection,
+    LimitSection,
+    ModelSection,
+    ObservabilitySection,
+    SandboxSection,
+    StoreSection,
+    UpstreamSection,
+    default_data_dir,
+    frozen,
+)
 
-__all__ = ["UNSET", "RunSettings", "Settings", "check_routes", "default_data_dir", "json_kinds"]
-
-
-def default_data_dir() -> Path:
-    """Where kept sessions (and later the ledger) live: $OPENCODE_GATEWAY_HOME or the XDG data dir."""
-    explicit = os.environ.get("OPENCODE_GATEWAY_HOME")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "opencode-gateway"
+__all__ = ["TABLE", "UNSET", "RunSettings", "Settings", "check_routes", "default_data_dir", "json_kinds"]
 
 
 def _budget(name: str, value: Any) -> Budget | PeriodBudget:
@@ -69,94 +70,30 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def _frozen(mapping: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
-
-
 @dataclass(frozen=True)
-class Settings:
-    """Everything one run needs to know, file and flags merged; each package's config built once."""
+class Settings(
+    ModelSection,
+    AttributionSection,
+    AgentSection,
+    LimitSection,
+    UpstreamSection,
+    SandboxSection,
+    StoreSection,
+    ObservabilitySection,
+):
+    """Everything one run needs to know, file and flags merged: the settings' sections
+    (config/sections.py), and the environment they are read with."""
 
-    model: str | None = None
-    small_model: str | None = None  # OpenCode's background calls (titles, summaries); None: the model
-    api_base: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    tags: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=_frozen)
-    permissions: str | None = None  # None: the agent's own restrictions (build has none: full)
-    disable_tools: tuple[str, ...] = ()
-    agent: str = "build"
-    instructions: str | None = None  # extra system instructions for every run (text)
-    skills: tuple[str, ...] = ()  # skill folders (each with a SKILL.md) to give every run
-    timeout: float = 1800.0
-    opencode_bin: str | None = None
-    opencode_config: Mapping[str, Any] = field(default_factory=_frozen)
-    mcp: Mapping[str, Any] = field(default_factory=_frozen)  # MCP servers, in OpenCode's `mcp` shape
-    data_dir: Path = field(default_factory=default_data_dir)
-    pricing: Mapping[str, Price] = field(default_factory=_frozen)
-    estimate_usage: bool = False  # estimate tokens (litellm's counter) for streams that report none
-    # Per model or group: how its backend caches prompts, "markers", "key" or "off" (endpoint/caching.py)
-    prompt_caching: Mapping[str, str] = field(default_factory=_frozen)
-    # Per background purpose (title, summary, compaction): the model it goes to (opencode/purpose.py)
-    routes: Mapping[str, str] = field(default_factory=_frozen)
-    tag_metadata_keys: tuple[str, ...] = ("ticket",)  # metadata also sent as tags KEY:VALUE
-    max_cost: float | None = None  # USD per run
-    max_requests: int | None = None  # upstream calls per run
-    max_tokens: int | None = None  # input + output tokens per run
-    max_turns: int | None = None  # main-model requests per run (OpenCode's own step limit is soft)
-    # Per model or group: the defaults of a run's limits; with `per`, per metadata key: a period's cap.
-    budgets: Mapping[str, Budget | PeriodBudget] = field(default_factory=_frozen)
-    connect_timeout: float = 10.0
-    first_byte_timeout: float = 300.0
-    idle_timeout: float = 300.0
-    max_body_bytes: int = 32 * 1024 * 1024
-    diff_max_bytes: int = 256 * 1024  # RunResult.files: files up to this size get a diff, cut at this size
-    # A file's path, or a team's postgresql:// URL; None: $OPENCODE_GATEWAY_LEDGER, else <data_dir>/ledger.db
-    ledger: str | None = field(default=None, repr=False)
-    env: tuple[str, ...] = ()  # variables passed to OpenCode on purpose (its environment is an allowlist)
-    sandbox: str = "auto"  # "auto" (bwrap when it works here), "bwrap" or "none" (opencode/sandbox.py)
-    sandbox_network: str = "endpoint"  # "endpoint": only the run's endpoint is reachable; "host"
-    sandbox_allow_write: tuple[str, ...] = ()  # paths the sandboxed run may write besides its workdir
-    sandbox_allow_read: tuple[str, ...] = ()  # paths hidden by the sandbox (the real HOME, /tmp) to show
-    executor: str = "local"  # where batch tasks run: "local" (this process) or "ray" (batch/ray_cluster.py)
-    # OpenTelemetry traces (observability/traces.py); None: only when OTEL_EXPORTER_OTLP_* names a collector
-    otel: Mapping[str, Any] | None = None
-    metrics_token: str | None = field(default=None, repr=False)  # serve's /metrics, besides the admin token
-    metrics_labels: tuple[str, ...] = ()  # metadata keys serve's metrics are labelled by (a bounded set)
-    keep_sessions_days: float | None = 30.0  # kept sessions unused this long are pruned at a run's start
-    approvals: Policy | None = None  # which tool calls the agent may make (approvals/policy.py); None: no asks
-    approval_timeout: float = 300.0  # how long an ask waits for its answer, then it is a deny
     # The environment, read once by validated() (the URL and key's fallback; its credentials redacted)
-    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False, metadata={"setting": False})
+    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     # Files the gateway read its settings or a key from: a sandbox hides them wherever they are.
-    secret_files: tuple[Path, ...] = field(default=(), repr=False, metadata={"setting": False})
-
-    @functools.cached_property
-    def upstream_limits(self) -> UpstreamLimits:
-        """How long the endpoint waits on an upstream, how much of a request it reads (endpoint/limits.py)."""
-        return UpstreamLimits(self.connect_timeout, self.first_byte_timeout, self.idle_timeout, self.max_body_bytes)
-
-    def budget_for(self, model: str) -> Budget:
-        """The limits of a run on `model`."""
-        default = ModelRoute.of(model).setting(self.budgets)
-        return Budget(self.max_cost, self.max_requests, self.max_tokens, self.max_turns).or_else(
-            default if isinstance(default, Budget) else None
-        )
+    secret_files: tuple[Path, ...] = field(default=(), repr=False)
 
     @property
     def ledger_location(self) -> LedgerLocation:
         """Where runs are recorded: the `ledger` setting (or flag), else $OPENCODE_GATEWAY_LEDGER,
         else the data dir's ledger.db."""
         return LedgerLocation.of(self.ledger or self._environ.get("OPENCODE_GATEWAY_LEDGER"), self.data_dir)
-
-    @functools.cached_property
-    def route(self) -> ModelRoute:
-        """The run's model, parsed: its mode, its gateway group, the names it is priced by."""
-        return ModelRoute.of(self.model or "")
-
-    @property
-    def mode(self) -> Mode:
-        return self.route.mode
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with the given fields changed (None too: it clears an optional setting); a field
@@ -194,11 +131,6 @@ class Settings:
             self.opencode_config, self.mcp, self.env,
         )  # fmt: skip
 
-    @functools.cached_property
-    def sandbox_config(self) -> SandboxConfig:
-        """How runs are confined (opencode/sandbox.py)."""
-        return SandboxConfig(self.sandbox, self.sandbox_network, self.sandbox_allow_write, self.sandbox_allow_read)
-
     @property
     def gateway_files(self) -> tuple[Path, ...]:
         """The gateway's own files, which a sandbox hides wherever they are: settings and key
@@ -228,33 +160,24 @@ class Settings:
 
 def _typed(given: dict[str, Any]) -> dict[str, Any]:
     """Settings given as plain values (a file's, a caller's), as the fields hold them: mappings
-    frozen, sequences tuples, prices and budgets checked and parsed."""
+    frozen, sequences tuples (as the table's types say), prices, budgets and a policy checked and
+    parsed."""
     if "pricing" in given:  # per model: a value, or a setting mapping to check and turn into one
-        given["pricing"] = _frozen(
-            {
-                model: value if isinstance(value, Price) else Price.from_setting(f"pricing.{model}", value)
-                for model, value in dict(given["pricing"]).items()
-            }
-        )
+        given["pricing"] = {
+            model: value if isinstance(value, Price) else Price.from_setting(f"pricing.{model}", value)
+            for model, value in dict(given["pricing"]).items()
+        }
     if isinstance(given.get("approvals"), Mapping):
         given["approvals"] = parse_policy(given["approvals"])
     if "budgets" in given:
-        given["budgets"] = _frozen({name: _budget(name, value) for name, value in dict(given["budgets"]).items()})
-    for name in ("metadata", "opencode_config", "mcp", "prompt_caching", "routes", "otel"):
-        if given.get(name) is not None:
-            given[name] = _frozen(given[name])
-    for name in (
-        "tags",
-        "disable_tools",
-        "tag_metadata_keys",
-        "skills",
-        "env",
-        "sandbox_allow_write",
-        "sandbox_allow_read",
-        "metrics_labels",
-    ):
-        if name in given:
-            given[name] = tuple(given[name])
+        given["budgets"] = {name: _budget(name, value) for name, value in dict(given["budgets"]).items()}
+    for name in given.keys() & _MAPPINGS:
+        if isinstance(given[name], Mapping):  # not None, nor the parsed policy
+            given[name] = frozen(given[name])
+    for name in given.keys() & _SEQUENCES:
+        given[name] = tuple(given[name])
+    if isinstance(given.get("data_dir"), (str, os.PathLike)):
+        given["data_dir"] = Path(given["data_dir"]).expanduser()
     return given
 
 
@@ -277,10 +200,14 @@ class RunSettings(Settings):
     """Settings that passed `validated()`: a model is set, and the environment was read."""
 
     model: str = ""
-    environ: Mapping[str, str] = field(default_factory=_frozen, repr=False, compare=False, metadata={"setting": False})
+    environ: Mapping[str, str] = field(default_factory=frozen, repr=False, compare=False)
 
 
 copyreg.pickle(Settings, _reduced)
+TABLE = table(Settings)
+_HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
+_MAPPINGS = {name for name in TABLE if dict in json_kinds(_HINTS[name])}
+_SEQUENCES = {name for name in TABLE if list in json_kinds(_HINTS[name])}
 copyreg.pickle(RunSettings, _reduced)
 
 
@@ -355,28 +282,3 @@ def check_routes(model: str, routes: Mapping[str, str]) -> None:
                 f"{purpose} request carries the whole conversation: route it to a model with at least that "
                 "window, or drop the route (it then goes where OpenCode sends it)"
             )
-
-
-def json_kinds(annotation: Any) -> tuple[type, ...]:
-    """The JSON (and YAML) value types a setting or option of type `annotation` is written as:
-    a text for str and paths, a list for sequences, an object for mappings and JSON schemas."""
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        return tuple(
-            dict.fromkeys(
-                kind for arg in typing.get_args(annotation) if arg is not type(None) for kind in json_kinds(arg)
-            )
-        )
-    if annotation is float:
-        return (int, float)
-    if annotation is Policy:  # written as its settings mapping (approvals/policy.py)
-        return (dict,)
-    if annotation in (str, int, bool):
-        return (annotation,)
-    if annotation is Any or annotation is Mapping or origin in (dict, Mapping):
-        return (dict,)
-    if origin in (tuple, list, Sequence):
-        return (list,)
-    if origin is os.PathLike or isinstance(annotation, type) and issubclass(annotation, os.PathLike):
-        return (str,)
-    raise TypeError(f"no JSON form for {annotation!r}")
