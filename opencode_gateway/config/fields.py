@@ -17,11 +17,13 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from ..approvals.policy import Policy
 
-__all__ = ["MARK", "Setting", "json_kinds", "reference", "setting", "table"]
+__all__ = ["MARK", "Scope", "Setting", "json_kinds", "reference", "setting", "table"]
+
+Scope = Literal["run", "batch", "serve"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     task: bool = False  # a batch task's line may set it
     paths: bool = False  # a list of paths: found beside a settings file, made absolute from a flag
-    scope: str = "run"  # "run", or what alone reads it: "batch" or "serve" (not a run option)
+    scope: Scope = "run"  # "run", or what alone reads it: "batch" or "serve" (not a run option)
     default: str = ""  # as the reference shows it
 
 
@@ -52,20 +54,12 @@ def setting(
     choices: tuple[str, ...] = (),
     task: bool = False,
     paths: bool = False,
-    scope: str = "run",
+    scope: Scope = "run",
     secret: bool = False,
 ) -> Any:
-    """A settings section's field with its row of the table; `secret` keeps it out of repr."""
-    row = {
-        "doc": doc,
-        "flag": tuple(flag.split()),
-        "group": group,
-        "metavar": metavar,
-        "choices": choices,
-        "task": task,
-        "paths": paths,
-        "scope": scope,
-    }
+    """A settings section's field with its row of the table (its name, section and shown default
+    are filled in by `table`); `secret` keeps it out of repr."""
+    row = Setting("", doc, "", tuple(flag.split()), group, metavar, choices, task, paths, scope)
     if factory is not None:
         return dataclasses.field(default_factory=factory, repr=not secret, metadata={"setting": row})
     return dataclasses.field(default=default, repr=not secret, metadata={"setting": row})
@@ -81,7 +75,8 @@ def table(settings: type) -> dict[str, Setting]:
         for name in vars(section).get("__annotations__", {}):
             field = fields[name]
             if "setting" in field.metadata:
-                rows[name] = Setting(name, section=heading, default=_shown(field), **field.metadata["setting"])
+                row = field.metadata["setting"]
+                rows[name] = dataclasses.replace(row, name=name, section=heading, default=_shown(field))
     return rows
 
 
@@ -111,12 +106,9 @@ def reference(settings: type) -> str:
         flag = " ".join(f"`{f}`" for f in row.flag) or "—"
         scope = "" if row.scope == "run" else f" ({row.scope} only)"
         doc = row.doc.replace("{of}", "the run").replace("|", "\\|") + scope
-        lines.append(f"| `{row.name}` | {_kind(hints[row.name])} | `{row.default}` | {flag} | {_yes(row.task)} | {doc} |")
+        task = "yes" if row.task else ""
+        lines.append(f"| `{row.name}` | {_kind(hints[row.name])} | `{row.default}` | {flag} | {task} | {doc} |")
     return "\n".join(lines) + "\n"
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else ""
 
 
 def _kind(annotation: Any) -> str:
