@@ -4,6 +4,7 @@ and run options a type checker checks."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import subprocess
 import sys
@@ -240,7 +241,8 @@ def test_how_a_run_ended_what_a_request_was_for_and_the_mode_are_types_mypy_chec
     assert get_args(StopReason) == ("done", "error", "timeout", "budget_exceeded", "max_turns")
     assert set(get_args(RunOutcome)) == {*get_args(StopReason), "interrupted"}
     assert get_args(Purpose) == ("main", "title", "summary", "compaction") and get_args(Mode) == ("gateway", "sdk")
-    assert RunResult.__annotations__["stop_reason"] == "StopReason" and RunResult.__annotations__["mode"] == "Mode"
+    fields = {field.name: field.type for field in dataclasses.fields(RunResult)}
+    assert fields["stop_reason"] == "StopReason" and fields["mode"] == "Mode"
 
 
 def test_opencode_and_endpoint_do_not_import_settings() -> None:

@@ -44,13 +44,13 @@ def happened(**changes: object) -> Happened:
         sandbox="bwrap",
         timeout=30,
         exit=EXITED,
-        records=(record(),),
+        requests=(record(),),
         events=ANSWER,
         session_id="ses_1",
     )
     changed = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
     totals = Totals()
-    for each in changed.records:
+    for each in changed.requests:
         totals.add(each)
     return dataclasses.replace(changed, totals=totals.taken())
 
@@ -82,7 +82,7 @@ def test_a_timeout_names_the_limit() -> None:
 
 def test_the_failed_request_that_ended_the_run_is_its_error() -> None:
     failed = record(503, "the provider is overloaded")
-    result = conclude(happened(records=(record(), failed), fatal=failed, exit=ProcessExit(None, "", False)))
+    result = conclude(happened(requests=(record(), failed), fatal=failed, exit=ProcessExit(None, "", False)))
     assert result.stop_reason == "error" and isinstance(result.error, UpstreamError)
     assert (result.error.status_code, str(result.error)) == (503, "the provider is overloaded")
 
@@ -91,7 +91,7 @@ def test_a_gateway_budget_error_is_budget_exceeded() -> None:
     failed = record(400, "Budget has been exceeded! Current cost: 2.0, Max budget: 1.0")
     result = conclude(
         happened(
-            records=(failed,),
+            requests=(failed,),
             events=(Error("ses_1", name="APIError", message="x", status_code=400),),
             exit=ProcessExit(1, "", False),
         )
@@ -116,7 +116,7 @@ def test_an_upstream_errors_own_message_wins_over_opencodes_rewording() -> None:
     failed = record(401, "Incorrect API key provided")
     result = conclude(
         happened(
-            records=(failed,),
+            requests=(failed,),
             exit=ProcessExit(1, "", False),
             events=(Error("ses_1", name="APIError", message="Unauthorized", status_code=401),),
         )
@@ -142,7 +142,7 @@ def test_requested_output_is_parsed_from_the_answer_or_is_an_output_invalid() ->
 
 
 def test_unpriced_requests_make_the_cost_unknown_and_say_so() -> None:
-    result = conclude(happened(records=(record(), record(cost=None))))
+    result = conclude(happened(requests=(record(), record(cost=None))))
     assert result.cost is None and any("no price is known for model m" in w for w in result.warnings)
 
 
@@ -167,7 +167,9 @@ def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning(
         builders.record("r4"),
     )
     result = conclude(
-        happened(records=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]), exit=ProcessExit(1, "", timed_out=False))
+        happened(
+            requests=records, events=(*ANSWER[:2], OVERFLOW, *ANSWER[2:]), exit=ProcessExit(1, "", timed_out=False)
+        )
     )
     assert (result.stop_reason, result.error, result.text) == ("done", None, "Done.")
     assert any("OpenCode compacted it and went on" in warning for warning in result.warnings)
@@ -183,7 +185,7 @@ def test_a_context_overflow_that_opencode_compacted_away_is_done_with_a_warning(
     ],
 )
 def test_an_overflow_that_was_not_compacted_away_is_an_error(records: tuple[RequestRecord, ...]) -> None:
-    result = conclude(happened(records=records, events=(*ANSWER, OVERFLOW), exit=ProcessExit(1, "", timed_out=False)))
+    result = conclude(happened(requests=records, events=(*ANSWER, OVERFLOW), exit=ProcessExit(1, "", timed_out=False)))
     assert result.stop_reason == "error" and result.error is not None
 
 

@@ -72,6 +72,15 @@ class RunTotals:
     unpriced: int = 0
     cache_saved: float | None = 0.0  # None when a request with cache tokens had no known price
 
+    def summary(self) -> dict[str, Any]:
+        """Flat, for serve's /status: the usage's counts, the cost, the share read from cache."""
+        return {
+            **self.usage.to_dict(),
+            "cost": self.cost,
+            "cached_share": round(self.usage.cached_share, 6),
+            "cache_saved": self.cache_saved,
+        }
+
 
 @dataclass
 class Totals:
@@ -128,14 +137,6 @@ class Totals:
     def taken(self) -> RunTotals:
         """The totals so far, as one value."""
         return RunTotals(self.usage, self.cost, self.unpriced, self.cache_saved)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            **self.usage.to_dict(),
-            "cost": self.cost,
-            "cached_share": round(self.usage.cached_share, 6),
-            "cache_saved": self.cache_saved,
-        }
 
 
 def usage_warnings(records: Iterable[RequestRecord]) -> tuple[str, ...]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..accounting.budget import Refusal
 from ..accounting.records import RequestRecord
-from ..accounting.run import RunTotals, usage_warnings
-from ..domain import Mode, StopReason
+from ..accounting.run import usage_warnings
+from ..domain import StopReason
 from ..errors import (
     BudgetExceeded,
     GatewayError,
@@ -28,33 +28,22 @@ from ..errors import (
 from ..litellm_gateway.protocol import is_budget_error
 from ..opencode.lines import Error, Event
 from ..opencode.process import EVENT_LINE_MAX, ProcessExit
-from .files import FileChange
 from .output import OutputSpec
-from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult, final_text, relayed_text
+from .result import KEPT_EVENTS_MAX, OutputInvalid, RunFacts, RunResult, final_text, relayed_text
 
 __all__ = ["Happened", "conclude"]
 
 
-@dataclass(frozen=True)
-class Happened:
-    """What one run did, as its runner saw it."""
+@dataclass(frozen=True, kw_only=True)
+class Happened(RunFacts):
+    """What one run did, as its runner saw it: the facts its result carries, and what decides how
+    it ended."""
 
-    run_id: str
-    model: str
-    mode: Mode
-    sandbox: str  # "bwrap" or "none"
     timeout: float  # the run's limit, for the message when it was hit
     exit: ProcessExit
-    totals: RunTotals = RunTotals()  # the run's account's, summed as its requests ended
-    records: tuple[RequestRecord, ...] = ()
-    events: tuple[Event, ...] = ()
-    events_truncated: bool = False  # more came than a run keeps
-    session_id: str | None = None
     fatal: RequestRecord | None = None  # the failed request that ended the run
     refusal: Refusal | None = None  # why the account refused a call (a budget, the turn cap): it ended the run
     warnings: tuple[str, ...] = ()  # of the runner's own: no sandbox, a budget overshoot, ...
-    files: tuple[FileChange, ...] = ()
-    duration_s: float = 0.0
 
 
 def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
@@ -62,8 +51,8 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
     it, if any; an answer without the asked-for output is an OutputInvalid (in `error`: the
     caller raises it)."""
     stop_reason, error = _ending(happened)
-    warnings = (*usage_warnings(happened.records), *_memory_warnings(happened))
-    if _compacted_after_overflow(happened.events, happened.records):
+    warnings = (*usage_warnings(happened.requests), *_memory_warnings(happened))
+    if _compacted_after_overflow(happened.events, happened.requests):
         warnings = (
             *warnings,
             "the conversation outgrew the model's context window; OpenCode compacted it and went "
@@ -71,24 +60,10 @@ def conclude(happened: Happened, output: OutputSpec | None = None) -> RunResult:
         )
     # The answer is what the model sent through the endpoint: OpenCode's output can be written to by
     # the agent (a plugin's code runs in OpenCode, a tool can open its stdout through /proc).
-    relayed = relayed_text(happened.records)
+    relayed = relayed_text(happened.requests)
     text = final_text(happened.events) if relayed is None else relayed
     result = RunResult(
-        run_id=happened.run_id,
-        text=text,
-        session_id=happened.session_id,
-        stop_reason=stop_reason,
-        model=happened.model,
-        mode=happened.mode,
-        totals=happened.totals,
-        requests=happened.records,
-        events=happened.events,
-        events_truncated=happened.events_truncated,
-        error=error,
-        warnings=(*warnings, *happened.warnings),
-        duration_s=happened.duration_s,
-        files=happened.files,
-        sandbox=happened.sandbox,
+        **happened.facts(), text=text, stop_reason=stop_reason, error=error, warnings=(*warnings, *happened.warnings)
     )
     if output is None or stop_reason != "done":
         return result
@@ -124,7 +99,7 @@ def _ending(happened: Happened) -> tuple[StopReason, GatewayError | None]:
         return "budget_exceeded", BudgetExceeded(str(happened.refusal))
     if happened.exit.timed_out:
         return "timeout", RunTimeout(f"the run exceeded its timeout of {happened.timeout:g} s and OpenCode was stopped")
-    error = _run_error(happened.events, happened.records, happened.exit, happened.fatal)
+    error = _run_error(happened.events, happened.requests, happened.exit, happened.fatal)
     if isinstance(error, UpstreamError) and error.status_code < 500 and is_budget_error(str(error).encode()):
         return "budget_exceeded", BudgetExceeded(str(error))  # the gateway's budget
     return ("done", None) if error is None else ("error", error)

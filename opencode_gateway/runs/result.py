@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from ..errors import GatewayError
 from ..opencode.lines import Event, StepStart, Text
 from .files import FileChange
 
-__all__ = ["KEPT_EVENTS_MAX", "OutputInvalid", "RunResult", "final_text", "relayed_text"]
+__all__ = ["KEPT_EVENTS_MAX", "OutputInvalid", "RunFacts", "RunResult", "final_text", "relayed_text"]
 
 
 # What a run keeps of its events (RunResult.events, --json), in characters; past it they are
@@ -24,23 +25,34 @@ KEPT_EVENTS_MAX = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class RunResult:
+class RunFacts:
+    """What a run did, as it was seen: spelled once, for both what its runner saw (Happened) and
+    what it returns (RunResult), which add how it ended."""
+
     run_id: str
-    text: str  # the final answer: the text of the last step that produced text
-    session_id: str | None
-    stop_reason: StopReason
     model: str
     mode: Mode
-    totals: RunTotals  # summed once, as the requests ended: `usage`, `cost`, `cache_saved` are its
+    totals: RunTotals = RunTotals()  # summed once, as the requests ended: `usage`, `cost`, `cache_saved` are its
     requests: tuple[RequestRecord, ...] = ()
     events: tuple[Event, ...] = ()
     events_truncated: bool = False  # more events came than a run keeps (the warnings say how many bytes)
-    error: GatewayError | None = None
-    warnings: tuple[str, ...] = ()
-    duration_s: float = 0.0
-    output: Any = None  # with output=: the validated JSON object (or pydantic model instance)
+    session_id: str | None = None  # OpenCode's session, for session_id= (opencode_gateway.domain)
     files: tuple[FileChange, ...] = ()  # what the run created, modified and deleted in its workdir
     sandbox: str = "none"  # the confinement the run actually had: "bwrap" or "none"
+    duration_s: float = 0.0
+
+    def facts(self) -> dict[str, Any]:
+        """These fields by name, to build another value of the same run from."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(RunFacts)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult(RunFacts):
+    text: str  # the final answer: the text of the last step that produced text
+    stop_reason: StopReason
+    error: GatewayError | None = None
+    warnings: tuple[str, ...] = ()
+    output: Any = None  # with output=: the validated JSON object (or pydantic model instance)
 
     @property
     def cost_sources(self) -> dict[str, int]:

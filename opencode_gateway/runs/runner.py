@@ -150,7 +150,7 @@ def _happened(
         timeout=run.settings.timeout,
         exit=ended,
         totals=run.account.totals.taken(),
-        records=tuple(run.account.records or ()),
+        requests=tuple(run.account.records or ()),
         events=tuple(run.state.kept.events),
         events_truncated=run.state.kept.truncated,
         session_id=session_id,

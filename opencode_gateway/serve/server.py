@@ -187,7 +187,7 @@ class SessionRouter:
         """Requests, tokens and cost since the server started, in all, per session and per model."""
         return {
             "since": self.started_at,
-            **self.totals.summary(),
+            **self.totals.taken().summary(),
             "sessions": [
                 {
                     "session_id": run.session_id,
@@ -196,11 +196,11 @@ class SessionRouter:
                     "model": run.model,
                     "metadata": run.metadata,
                     "last_request_at": run.ended_at,
-                    **run.account.totals.summary(),
+                    **run.account.totals.taken().summary(),
                 }
                 for run in self.sessions.values()
             ],
-            "models": {model: self.model_totals[model].summary() for model in sorted(self.model_totals)},
+            "models": {model: self.model_totals[model].taken().summary() for model in sorted(self.model_totals)},
         }
 
     def close(self) -> None:
