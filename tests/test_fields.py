@@ -91,3 +91,9 @@ def test_a_batch_task_sets_its_own_workdir_and_output_and_the_settings_marked_ta
     assert TASK_OPTIONS == ("workdir", "output", *(row.name for row in TABLE.values() if row.task))
     assert {"model", "metadata", "max_turns"} <= set(TASK_OPTIONS)
     assert not {"api_key", "api_base", "ledger", "sandbox", "env", "opencode_bin"} & set(TASK_OPTIONS)
+
+
+@pytest.mark.parametrize("name", [row.name for row in TABLE.values() if row.choices])
+def test_a_value_outside_its_settings_choices_is_refused_naming_them(name: str) -> None:
+    with pytest.raises(SettingsError, match=f"{name} 'rya' is not known: use {', '.join(TABLE[name].choices)}"):
+        Settings(model="openai/m", **{name: "rya"}).validated()

@@ -120,9 +120,13 @@ class AttributionSection:
         task=True,
     )
     tags: tuple[str, ...] = setting(
-        (), "extra spend tag (x-litellm-tags: harness,opencode and these)", flag="--tag", group="attribution",
-        metavar="TAG", task=True,
-    )  # fmt: skip
+        (),
+        "extra spend tag (x-litellm-tags: harness,opencode and these)",
+        flag="--tag",
+        group="attribution",
+        metavar="TAG",
+        task=True,
+    )
     tag_metadata_keys: tuple[str, ...] = setting(
         ("ticket",), "metadata keys also sent as tags KEY:VALUE (a gateway totals spend per tag, not per metadata key)"
     )
@@ -153,9 +157,14 @@ class AgentSection:
         task=True,
     )
     skills: tuple[str, ...] = setting(
-        (), "a skill folder (with a SKILL.md) {of} may use; repeatable", flag="--skill", group="run", metavar="DIR",
-        task=True, paths=True,
-    )  # fmt: skip
+        (),
+        "a skill folder (with a SKILL.md) {of} may use; repeatable",
+        flag="--skill",
+        group="run",
+        metavar="DIR",
+        task=True,
+        paths=True,
+    )
     env: tuple[str, ...] = setting(
         (),
         "pass the variable NAME to OpenCode (its environment is otherwise only PATH, LANG, LC_*, TZ, TERM and the "
@@ -212,9 +221,12 @@ class LimitSection:
         metavar="FILE",
     )
     approval_timeout: float = setting(
-        300.0, "an ask unanswered this long is a deny (default: 300)", flag="--approval-timeout", group="limits",
+        300.0,
+        "an ask unanswered this long is a deny (default: 300)",
+        flag="--approval-timeout",
+        group="limits",
         metavar="S",
-    )  # fmt: skip
+    )
 
     def budget_for(self, model: str) -> Budget:
         """The limits of a run on `model`: its own, else the budgets' defaults for the model."""
@@ -266,13 +278,21 @@ class SandboxSection:
         choices=SANDBOX_NETWORKS,
     )
     sandbox_allow_write: tuple[str, ...] = setting(
-        (), "a path the sandboxed run may write besides its workdir; repeatable", flag="--sandbox-allow-write",
-        group="sandbox", metavar="PATH", paths=True,
-    )  # fmt: skip
+        (),
+        "a path the sandboxed run may write besides its workdir; repeatable",
+        flag="--sandbox-allow-write",
+        group="sandbox",
+        metavar="PATH",
+        paths=True,
+    )
     sandbox_allow_read: tuple[str, ...] = setting(
-        (), "a path the sandbox hides (in the real HOME or /tmp) that the run may read; repeatable",
-        flag="--sandbox-allow-read", group="sandbox", metavar="PATH", paths=True,
-    )  # fmt: skip
+        (),
+        "a path the sandbox hides (in the real HOME or /tmp) that the run may read; repeatable",
+        flag="--sandbox-allow-read",
+        group="sandbox",
+        metavar="PATH",
+        paths=True,
+    )
 
     @functools.cached_property
     def sandbox_config(self) -> SandboxConfig:

@@ -212,7 +212,11 @@ copyreg.pickle(RunSettings, _reduced)
 
 
 def _check(settings: RunSettings) -> None:
-    """What validated() checks once the environment is read."""
+    """What validated() checks once the environment is read: each value among its setting's
+    choices (the table's), then what each package's config checks of itself."""
+    for name, row in TABLE.items():
+        if row.choices and getattr(settings, name) not in row.choices:
+            raise SettingsError(f"{name} {getattr(settings, name)!r} is not known: use {', '.join(row.choices)}")
     check_routes(settings.model, settings.routes)
     for model in filter(None, (settings.model, settings.small_model, *settings.routes.values())):
         route = ModelRoute.of(model)
