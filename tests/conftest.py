@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import respx
 
-from opencode_gateway.config.settings import Settings, default_data_dir
+from opencode_gateway.config.sections import default_data_dir
+from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.binary import pinned_binary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,6 @@
-"""Settings: config.yaml and flags, resolved into one frozen value before anything starts.
+"""Settings: config.yaml and flags, resolved into one frozen value before anything starts: the
+settings' sections side by side (config/sections.py), and TABLE, what is said of each setting
+(config/fields.py), which the file, the flags, the task options and docs/settings.md follow.
 
 A value written `os.environ/NAME` is read from the environment, as LiteLLM's own config does, so a
 config file can be committed without the keys it uses; `api_key: file:PATH` reads the key from a
@@ -43,11 +45,10 @@ from .sections import (
     SandboxSection,
     StoreSection,
     UpstreamSection,
-    default_data_dir,
     frozen,
 )
 
-__all__ = ["TABLE", "UNSET", "RunSettings", "Settings", "check_routes", "default_data_dir", "json_kinds"]
+__all__ = ["TABLE", "UNSET", "RunSettings", "Settings", "check_routes"]
 
 
 def _budget(name: str, value: Any) -> Budget | PeriodBudget:

@@ -36,8 +36,17 @@ class Terminal:
             screen = self.screen()
             if seen(screen):
                 return screen
-            assert time.monotonic() < deadline, f"{what} not on screen within {timeout:g} s:\n{screen}"
+            assert time.monotonic() < deadline, f"{what} not on screen within {timeout:g} s:\n{screen}\n{self.state()}"
             time.sleep(0.2)
+
+    def state(self) -> str:
+        """What a failure needs to tell a lost keystroke from a missed one: whether the pane is in
+        one of tmux's own modes (keys then go to tmux, not the program) and its terminal's line
+        discipline (echo, canonical input)."""
+        pane = self.tmux("display-message", "-p", "-t", "main", "#{pane_tty} in_mode=#{pane_in_mode}").split()
+        stty = subprocess.run(["stty", "-a", "-F", pane[0]], capture_output=True, text=True, timeout=30)
+        flags = [flag for flag in stty.stdout.split() if flag.lstrip("-") in ("echo", "icanon", "isig")]
+        return f"pane {' '.join(pane)}; {' '.join(flags) or stty.stderr.strip()}"
 
     def shell_idle(self) -> None:
         """Wait until the shell has read everything typed before now (input is read in order)."""
