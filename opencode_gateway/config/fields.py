@@ -105,7 +105,7 @@ def reference(settings: type) -> str:
             lines += ["", f"## {heading}", "", *_HEAD]
         flag = " ".join(f"`{f}`" for f in row.flag) or "—"
         scope = "" if row.scope == "run" else f" ({row.scope} only)"
-        doc = row.doc.replace("{of}", "the run").replace("|", "\\|") + scope
+        doc = row.doc.replace("{of}", "the run").replace("|", "\\|").replace("<", "&lt;") + scope  # text, not HTML
         task = "yes" if row.task else ""
         lines.append(f"| `{row.name}` | {_kind(hints[row.name])} | `{row.default}` | {flag} | {task} | {doc} |")
     return "\n".join(lines) + "\n"
