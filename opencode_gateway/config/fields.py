@@ -3,8 +3,10 @@ the table says of it (`setting(...)`): its description, its flag, whether a batc
 
 From that one declaration come its config.yaml key and the types the file may write it as
 (config/file.py), the flag and its help (cli/flags.py), what a task may set (config/options.py),
-and the reference page docs/settings.md (`reference`, checked by tests/test_docs.py); one setting
-is one edit, and the RunOptions line a type checker needs (tests/test_options.py names it).
+and the reference page docs/settings.md (`reference`, checked by tests/test_docs.py). What is
+written besides is prose a test names when it is missing: the RunOptions line a type checker
+reads (tests/test_options.py), the setting's note in config.example.yaml and a new flag in its
+command's synopsis in docs/ (tests/test_docs.py).
 """
 
 from __future__ import annotations
