@@ -173,6 +173,18 @@ def test_a_batch_task_named_dot_or_dot_dot_is_exit_2_and_removes_nothing(task_id
     assert (tmp_path / "precious.txt").read_text() == "keep" and tasks.exists()
 
 
+def test_a_batch_whose_settings_name_an_unknown_executor_is_exit_2_before_any_task(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "prompt": "a"}) + "\n")
+    settings = tmp_path / "config.yaml"
+    settings.write_text("executor: rya\n")
+    result = cli(
+        "batch", str(tasks), "-m", "openai/m", "--config", str(settings), "--workdir-root", str(tmp_path / "w")
+    )
+    assert result.returncode == 2 and "executor 'rya' is not known: use local, ray" in result.stderr
+    assert not (tmp_path / "w").exists()  # no task was started
+
+
 def test_version_and_did_you_mean_for_a_misspelt_command_flag_or_setting(tmp_path: Path) -> None:
     from opencode_gateway import __version__
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._litellm import owning_loop
 from ..config.file import load_settings
-from ..config.settings import RunSettings, Settings
+from ..config.settings import RunSettings, Settings, check_choices
 from ..errors import SettingsError
 from .arguments import output_schema, pairs, settings_of, stdin_text
 from .printed import print_json, print_result
@@ -322,6 +322,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         results_file=Path(args.out) if args.out else None,
     )
     tasks = load_tasks(batch.tasks_file)
+    check_choices(settings)  # the executor among them
     executor: Executor = LocalExecutor()
     if settings.executor == "ray":
         from ..batch.ray_cluster import RayExecutor
@@ -332,8 +333,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             num_cpus=args.ray_num_cpus,
             max_retries=args.ray_max_retries,
         )
-    elif settings.executor != "local":
-        raise SettingsError(f"executor {settings.executor!r} is not known: use local or ray")
     started = time.monotonic()
     try:
         outcomes = asyncio.run(

@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-import typing
 from typing import Any, NoReturn
 
-from ..config.fields import Setting, json_kinds
-from ..config.settings import TABLE, Settings
+from ..config.fields import Setting
+from ..config.settings import TABLE
 
 __all__ = [
     "Parser",
@@ -21,9 +20,6 @@ __all__ = [
     "setting_flags",
     "upstream_flags",
 ]
-
-
-_HINTS = typing.get_type_hints(Settings)
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,16 +60,15 @@ def setting_flags(parser: argparse._ActionsContainer, group: str, of: str = "the
 
 
 def _add(parser: argparse._ActionsContainer, row: Setting, of: str) -> None:
-    kinds = json_kinds(_HINTS[row.name])
     options: dict[str, Any] = {"dest": row.name, "help": row.doc.replace("{of}", of)}
     if row.metavar:
         options["metavar"] = row.metavar
     if row.choices:
         options["choices"] = row.choices
-    if list in kinds or "=" in (row.metavar or ""):
+    if list in row.kinds or "=" in (row.metavar or ""):
         options.update(action="append", default=[])
-    elif kinds in ((int,), (int, float)):
-        options["type"] = float if float in kinds else int
+    elif row.kinds in ((int,), (int, float)):
+        options["type"] = float if float in row.kinds else int
     parser.add_argument(*row.flag, **options)
 
 

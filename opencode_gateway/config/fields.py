@@ -43,6 +43,8 @@ class Setting:
     paths: bool = False  # a list of paths: found beside a settings file, made absolute from a flag
     scope: Scope = "run"  # "run", or what alone reads it: "batch" or "serve" (not a run option)
     default: str = ""  # as the reference shows it
+    kinds: tuple[type, ...] = ()  # the JSON (and YAML) types it is written as (json_kinds of its type)
+    nullable: bool = False  # it may be written null
 
 
 def setting(
@@ -72,13 +74,22 @@ def table(settings: type) -> dict[str, Setting]:
     are listed, each in the order its section declares it."""
     rows: dict[str, Setting] = {}
     fields = {field.name: field for field in dataclasses.fields(settings)}
+    hints = typing.get_type_hints(settings)  # once: each call resolves every annotation (~1 ms)
     for section in settings.__bases__:
         heading = inspect.cleandoc(section.__doc__ or "").splitlines()[0]
         for name in vars(section).get("__annotations__", {}):
             field = fields[name]
             if "setting" in field.metadata:
                 row = field.metadata["setting"]
-                rows[name] = dataclasses.replace(row, name=name, section=heading, default=_shown(field))
+                hint = hints[name]
+                rows[name] = dataclasses.replace(
+                    row,
+                    name=name,
+                    section=heading,
+                    default=_shown(field),
+                    kinds=json_kinds(hint),
+                    nullable=type(None) in typing.get_args(hint),
+                )
     return rows
 
 
@@ -98,7 +109,6 @@ MARK = "<!-- generated from config/sections.py by scripts/settings-reference: ed
 def reference(settings: type) -> str:
     """docs/settings.md below its MARK: every setting, section by section, with its type, default,
     flag and whether a batch task may set it."""
-    hints = typing.get_type_hints(settings)
     lines = [MARK]
     heading = None
     for row in table(settings).values():
@@ -109,16 +119,14 @@ def reference(settings: type) -> str:
         scope = "" if row.scope == "run" else f" ({row.scope} only)"
         doc = row.doc.replace("{of}", "the run").replace("|", "\\|").replace("<", "&lt;") + scope  # text, not HTML
         task = "yes" if row.task else ""
-        lines.append(f"| `{row.name}` | {_kind(hints[row.name])} | `{row.default}` | {flag} | {task} | {doc} |")
+        lines.append(f"| `{row.name}` | {_kind(row)} | `{row.default}` | {flag} | {task} | {doc} |")
     return "\n".join(lines) + "\n"
 
 
-def _kind(annotation: Any) -> str:
+def _kind(row: Setting) -> str:
     """A setting's type as config.yaml writes it."""
-    kinds = json_kinds(annotation)
-    names = [_KIND_NAMES[kind] for kind in kinds if not (kind is int and float in kinds)]
-    optional = type(None) in typing.get_args(annotation)
-    return " or ".join([*names, *(["null"] if optional else [])])
+    names = [_KIND_NAMES[kind] for kind in row.kinds if not (kind is int and float in row.kinds)]
+    return " or ".join([*names, *(["null"] if row.nullable else [])])
 
 
 _KIND_NAMES = {str: "text", int: "integer", float: "number", bool: "true/false", list: "list", dict: "mapping"}

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import difflib
 import os
-import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .._yaml import load_yaml
 from ..errors import SettingsError
-from .fields import json_kinds
 from .settings import TABLE, Settings
 
 __all__ = ["ENV_PREFIX", "FILE_PREFIX", "beside", "load_settings"]
@@ -25,11 +23,6 @@ FILE_PREFIX = "file:"
 def beside(file: Path, paths: Iterable[str]) -> list[str]:
     """Paths named in `file` (a settings or tasks file), found relative to the file's folder."""
     return [str(file.parent / Path(path).expanduser()) for path in paths]
-
-
-# What config.yaml may contain (every setting of the table), and the types each key may be written as.
-_HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
-_FILE_KEYS: dict[str, tuple[type, ...]] = {name: json_kinds(_HINTS[name]) for name in TABLE}
 
 
 def _resolve_env(value: Any, where: str) -> Any:
@@ -75,10 +68,10 @@ def _read(file: Path) -> Any:
 
 
 def _unknown(file: Path, key: Any) -> SettingsError:
-    close = difflib.get_close_matches(str(key), list(_FILE_KEYS), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(key), list(TABLE), n=1, cutoff=0.6)
     return SettingsError(
         f"{file}: unknown setting {key!r}"
-        + (f"; did you mean {close[0]}?" if close else f"; known settings: {', '.join(_FILE_KEYS)}")
+        + (f"; did you mean {close[0]}?" if close else f"; known settings: {', '.join(TABLE)}")
     )
 
 
@@ -86,7 +79,7 @@ def _checked(file: Path, key: str, value: Any) -> Any:
     """`value` of setting `key`, its `os.environ/` references read, refused unless it is of one of
     the kinds the setting takes."""
     value = _resolve_env(value, f"{file}: {key}")
-    expected = _FILE_KEYS[key]
+    expected = TABLE[key].kinds
     if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
         names = " or ".join(t.__name__ for t in expected)
         raise SettingsError(f"{file}: {key} must be {names}, not {type(value).__name__}")
@@ -122,7 +115,7 @@ def load_settings(path: str | os.PathLike[str] | None, base: Settings | None = N
     secret_files = [*base.secret_files, file.resolve()]
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in _FILE_KEYS:
+        if key not in TABLE:  # what config.yaml may contain: every setting of the table
             raise _unknown(file, key)
         if value is not None:  # written but empty: the default
             values[key] = _placed(file, key, _checked(file, key, value), secret_files)

@@ -119,9 +119,9 @@ TASK_OPTIONS = ("workdir", "output", *(name for name, row in TABLE.items() if ro
 
 def task_kinds() -> dict[str, tuple[type, ...]]:
     """The JSON types each option a batch task may set is written as: a setting's from the
-    settings' types, the run's own (workdir, output) from RunOptions'."""
-    hints = {**typing.get_type_hints(RunOptions), **typing.get_type_hints(Settings)}
-    return {name: json_kinds(hints[name]) for name in TASK_OPTIONS}
+    table, the run's own (workdir, output) from RunOptions' types."""
+    hints = typing.get_type_hints(RunOptions)
+    return {name: TABLE[name].kinds if name in TABLE else json_kinds(hints[name]) for name in TASK_OPTIONS}
 
 
 def shows_options(function: F) -> F:

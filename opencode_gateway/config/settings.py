@@ -16,7 +16,6 @@ import importlib.util
 import math
 import os
 import re
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from ..observability.traces import INSTALL, OtelConfig
 from ..opencode.agent import AgentConfig
 from ..opencode.purpose import BACKGROUND
 from .attribution import check_attribution
-from .fields import json_kinds, table
+from .fields import table
 from .sections import (
     AgentSection,
     AttributionSection,
@@ -48,7 +47,7 @@ from .sections import (
     frozen,
 )
 
-__all__ = ["TABLE", "UNSET", "RunSettings", "Settings", "check_routes"]
+__all__ = ["TABLE", "UNSET", "RunSettings", "Settings", "check_choices", "check_routes"]
 
 
 def _budget(name: str, value: Any) -> Budget | PeriodBudget:
@@ -206,18 +205,15 @@ class RunSettings(Settings):
 
 copyreg.pickle(Settings, _reduced)
 TABLE = table(Settings)
-_HINTS = typing.get_type_hints(Settings)  # once: each call resolves every annotation (~1 ms)
-_MAPPINGS = {name for name in TABLE if dict in json_kinds(_HINTS[name])}
-_SEQUENCES = {name for name in TABLE if list in json_kinds(_HINTS[name])}
+_MAPPINGS = {name for name, row in TABLE.items() if dict in row.kinds}
+_SEQUENCES = {name for name, row in TABLE.items() if list in row.kinds}
 copyreg.pickle(RunSettings, _reduced)
 
 
 def _check(settings: RunSettings) -> None:
     """What validated() checks once the environment is read: each value among its setting's
-    choices (the table's), then what each package's config checks of itself."""
-    for name, row in TABLE.items():
-        if row.choices and getattr(settings, name) not in row.choices:
-            raise SettingsError(f"{name} {getattr(settings, name)!r} is not known: use {', '.join(row.choices)}")
+    choices, then what each package's config checks of itself."""
+    check_choices(settings)
     check_routes(settings.model, settings.routes)
     for model in filter(None, (settings.model, settings.small_model, *settings.routes.values())):
         route = ModelRoute.of(model)
@@ -267,6 +263,14 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or blocked
         return False
+
+
+def check_choices(settings: Settings) -> None:
+    """Each setting with choices (the table's) holds one of them. `batch` checks this before its
+    tasks, whose own settings are validated as each starts."""
+    for name, row in TABLE.items():
+        if row.choices and getattr(settings, name) not in row.choices:
+            raise SettingsError(f"{name} {getattr(settings, name)!r} is not known: use {', '.join(row.choices)}")
 
 
 def check_routes(model: str, routes: Mapping[str, str]) -> None:
