@@ -96,6 +96,16 @@ def test_a_bad_line_is_named(tmp_path: Path, line: object, message: str) -> None
         load_tasks(tasks_file(tmp_path, line))
 
 
+def test_a_tasks_file_that_is_not_utf8_is_one_line_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(b'{"id": "t1", "prompt": "a"}\n{"id": "t2", "prompt": "caf\xe9"}\n')
+    with pytest.raises(SettingsError, match=r"tasks.jsonl line 2: not UTF-8 text \(byte 55\)"):
+        load_tasks(path)
+    path.write_text('{"id": "t1", "prompt": "a", "metadata": {"note": "caf\\udce9"}}\n')
+    with pytest.raises(SettingsError, match="line 1: holds a .uXXXX escape that is not UTF-8 text"):
+        load_tasks(path)
+
+
 def test_duplicate_ids_and_empty_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="line 2: task id t1 is used twice"):
         load_tasks(tasks_file(tmp_path, {"id": "t1", "prompt": "a"}, {"id": "t1", "prompt": "b"}))
@@ -226,7 +236,9 @@ def test_a_workdir_the_agent_swapped_for_a_symlink_is_not_followed(tmp_path: Pat
     assert (elsewhere / "precious.txt").read_text() == "keep"
 
 
-@pytest.mark.parametrize("held", ["settings file", "key file", "ledger", "ledger-wal", "data dir"])
+@pytest.mark.parametrize(
+    "held", ["settings file", "key file", "key file via ..", "key file via a link", "ledger", "ledger-wal", "data dir"]
+)
 def test_a_template_holding_the_gateways_own_files_is_refused_before_any_task_runs(
     held: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,20 +249,29 @@ def test_a_template_holding_the_gateways_own_files_is_refused_before_any_task_ru
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "provider.key").write_text("sk-provider-key-0123")
-    config = (repo if held == "settings file" else tmp_path) / "gateway.yaml"
-    config.write_text("api_key: file:repo/provider.key\n" if held == "key file" else "timeout: 60\n")
+    config = (repo if held == "settings file" else tmp_path / "conf") / "gateway.yaml"
+    config.parent.mkdir(exist_ok=True)
+    (tmp_path / "key-link").symlink_to(repo / "provider.key")  # a name for the key outside the template
+    config.write_text(
+        {
+            "key file": "api_key: file:../repo/provider.key\n",
+            "key file via ..": "api_key: file:../conf/../repo/./provider.key\n",
+            "key file via a link": "api_key: file:../key-link\n",
+        }.get(held, "timeout: 60\n")
+    )
     ledger = (repo if held.startswith("ledger") else tmp_path) / "ledger.db"
     if held == "ledger-wal":
         (repo / "ledger.db-wal").write_text("pages of other runs")
     data_dir = repo / ".gateway" if held == "data dir" else tmp_path / "data"
     data_dir.mkdir()
-    settings = load_settings(config if held in ("settings file", "key file") else None)
+    settings = load_settings(config if held.startswith(("settings file", "key file")) else None)
     settings = settings.replace(model="openai/gpt-4o-mini", api_key="sk-x", ledger=ledger, data_dir=data_dir)
     if held == "ledger":
         Ledger(LedgerLocation(path=ledger)).close()
     batch = Batch.of(tasks_file(tmp_path, {"id": "t1", "prompt": "a", "workdir": "repo"}))
     expected = {
-        "settings file": config, "key file": repo / "provider.key", "ledger": ledger,
+        "settings file": config, "key file": repo / "provider.key", "key file via ..": repo / "provider.key",
+        "key file via a link": repo / "provider.key", "ledger": ledger,
         "ledger-wal": repo / "ledger.db-wal", "data dir": data_dir,
     }[held]  # fmt: skip
     with pytest.raises(SettingsError, match=f"task t1: its workdir {repo} holds the gateway's own {expected}: "):

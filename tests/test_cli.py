@@ -108,10 +108,15 @@ def test_config_out_writes_a_file(tmp_path: Path) -> None:
         (["run", "-m", "m", "--max-cost", "inf", "hi"], "max_cost inf is invalid"),
         (["run", "-m", "m", "--tag", "a\r\nx-evil: 1", "hi"], "control characters"),
         (["run", "-m", "m", "--env", "HOME", "hi"], "opencode-gateway sets HOME itself"),
+        # a byte that is not UTF-8 in argv arrives as a lone surrogate: refused, never stored
+        (["run", "-m", "m", "--metadata", "note=caf\udce9", "hi"], "metadata 'caf\\udce9' is not UTF-8 text"),
+        (["run", "-m", "m", "--tag", "t\udce9", "hi"], "tag 't\\udce9' is not UTF-8 text"),
+        (["run", "-m", "m", "--ledger", "postgresql:/u:pw@127.0.0.1/db", "hi"], "neither a file's path nor"),
     ],
 )
 def test_bad_flags_and_settings_are_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = cli(*args)
+    assert not Path("postgresql:").exists(), "a ledger file was made from a mistyped URL"
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr

@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..credentials import redact, redacted
-from .policy import ApprovalRequest, Policy, subject_of
+from .policy import ApprovalRequest, Policy
 
 __all__ = ["Approval", "Approvals", "Approve", "Decided"]
 
@@ -92,6 +92,7 @@ class Approvals:
         self._on_answered = on_answered
         self._key = random_secrets.token_urlsafe(32)
         self._said_hello = asyncio.Event()
+        self._unsealed = False  # the plugin said hello but could not seal OpenCode's memory
         self._hello_wait = hello_wait  # how long a model call waits for the plugin's hello (it comes first)
 
     async def loaded(self) -> str | None:
@@ -100,6 +101,11 @@ class Approvals:
             await asyncio.wait_for(self._said_hello.wait(), self._hello_wait)
         except asyncio.TimeoutError:
             return "the approval plugin did not load in OpenCode, so tool calls would not be asked about"
+        if self._unsealed:
+            return (
+                "the approval plugin could not make OpenCode non-dumpable (prctl through bun:ffi and "
+                "glibc's libc.so.6), so the agent could read its approval key"
+            )
         return None
 
     def routes(self, authorized: Callable[[Mapping[str, str]], bool]) -> list[Route]:
@@ -111,6 +117,14 @@ class Approvals:
                 return _json({"error": "missing or wrong bearer token"}, 401)
             if self._said_hello.is_set():  # the plugin said it first: whoever asks again is not it
                 return _json({"error": "this run's approval plugin has already said hello"}, 403)
+            try:
+                sealed = json.loads(await request.body()).get("sealed") is True
+            except (ValueError, AttributeError):
+                sealed = False
+            if not sealed:
+                self._unsealed = True
+                self._said_hello.set()
+                return _json({"error": "OpenCode's memory could not be sealed: its approvals cannot be trusted"}, 403)
             self._said_hello.set()
             return _json({"key": self._key})
 
@@ -128,12 +142,8 @@ class Approvals:
                 return _json({"decision": "allow", "reason": ""})
             if not isinstance(arguments, dict):
                 arguments = {"value": arguments}
-            asked = ApprovalRequest(
-                tool,
-                arguments,
-                subject_of(tool, arguments, self._workdir),
-                session_id=body.get("sessionID"),
-                call_id=body.get("callID"),
+            asked = ApprovalRequest.of(
+                tool, arguments, self._workdir, session_id=body.get("sessionID"), call_id=body.get("callID")
             )
             decided = await self.decide(redacted(asked, self._secrets))
             return _json(

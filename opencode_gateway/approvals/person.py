@@ -1,6 +1,11 @@
 """A person at the terminal answers what the policy asks about: the live view pauses, shows the
-call (escaped: the agent wrote it), and reads one key from the terminal: allow once, always (for
-the pattern shown, for the rest of the run), or deny. No answer within the timeout is a deny."""
+call, and reads a line from the terminal whose first key answers: allow once, always (for the
+pattern shown, for the rest of the run), or deny. No answer within the timeout is a deny.
+
+The agent wrote the call, so it is shown as data: on one line, every control character, newline
+and tab as `\\xNN`, framed by its length and line count. A command cannot draw a fake ask of its
+own, nor push the real one off the screen with lines of its own. Keys typed before the ask is
+shown are discarded: they were not an answer to it."""
 
 from __future__ import annotations
 
@@ -8,17 +13,18 @@ import contextlib
 import json
 import os
 import select
+import termios
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import PurePosixPath
 
-from ..terminal import shown
+from ..terminal import cell
 from .host import Approval
 from .policy import ApprovalRequest, Rule
 
-__all__ = ["Person", "always_rule", "terminal_reachable"]
+__all__ = ["Person", "always_rule", "asked_lines", "terminal_reachable"]
 
 Write = Callable[[str], None]
 _TTY = "/dev/tty"
@@ -64,10 +70,9 @@ class Person:
             if remembered is not None:
                 return Approval("allow", f"you allowed {remembered} for this run")
             always = always_rule(request)
-            what = request.subject or json.dumps(dict(request.arguments), ensure_ascii=False)
             with self._pause() as write:
-                write(f"? the agent asks to run {request.tool}: {shown(what)}")
-                write(f"  [y] allow once  [a] always allow {shown(str(always))}  [n] deny  ({self._timeout:g} s) ")
+                for line in asked_lines(request, always, self._timeout):
+                    write(line)
                 key = _key(self._timeout)
                 write(f"  → {'no answer: denied' if key is None else key}")
         if key == "y":
@@ -80,12 +85,28 @@ class Person:
         return Approval("deny", "the person at the terminal denied it")
 
 
+def asked_lines(request: ApprovalRequest, always: Rule, timeout: float) -> list[str]:
+    """The ask as the terminal shows it: a header with the call's size, the call on one escaped
+    line, and the keys."""
+    what = request.subject or json.dumps(dict(request.arguments), ensure_ascii=False)
+    lines = what.count("\n") + 1
+    return [
+        f"? the agent asks to run {request.tool} ({len(what)} characters, {lines} line{'s' * (lines != 1)}):",
+        f"  │ {cell(what)}",
+        f"  [y] allow once  [a] always allow {cell(str(always))}  [n] deny  ({timeout:g} s): "
+        "type y, a or n, then Enter ",
+    ]
+
+
 def _key(timeout: float) -> str | None:
-    """The first key of a line typed at the terminal within `timeout`, lower-cased; None: none."""
+    """The first key of a line typed at the terminal within `timeout` (what was typed before is
+    discarded), lower-cased; None: none."""
     deadline = time.monotonic() + timeout
     with contextlib.ExitStack() as stack:
         fd = os.open(_TTY, os.O_RDONLY | os.O_NOCTTY)
         stack.callback(os.close, fd)
+        with contextlib.suppress(termios.error):
+            termios.tcflush(fd, termios.TCIFLUSH)
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select([fd], [], [], left)
             if ready:

@@ -10,24 +10,48 @@ to do with a call no rule matches.
 
 A rule's pattern matches the call's subject: bash's command, the file a tool reads or writes
 (relative to the workdir when inside it), the URL a fetch gets, the pattern a search looks for.
-The first rule of the call's tool that matches decides. A bash command that chains others (`;`,
-`&&`, `|`, `$(...)`, a newline...) is never taken by an allow rule, and a deny or ask rule
-matches any of its parts: `git status; rm -rf ~` is not `git *`, and is `rm *`. Pure: a policy
-is decided in microseconds and tested without a run.
+The first rule of the call's tool that matches decides.
+
+The agent chooses the subject, so each kind is matched as the program that acts on it reads it:
+- A command is taken by an allow rule only when the shell would run it word for word: plain words
+  and quotes, nothing the shell expands (`$`, backquotes, globs, braces, `~`), no chain (`;`, `&&`,
+  `|`, a newline...) and no redirection but `2>&1` and `>/dev/null`. Anything else falls to the
+  deny and ask rules, which match any of its parts: `git status; rm -rf ~` is not `git *`, and is
+  `rm *`.
+- A path is matched as it is spelled (`.` and `..` folded, relative to the workdir) and as it
+  resolves (symlinks followed): an allow rule must take both, a deny or ask rule either. So
+  `src/../.envrc` is `.envrc`, and a committed link `src/docs -> ../.github` is `.github`.
+- A URL is matched by its parts: scheme, host, port, then path and query. A `*` in the host never
+  crosses `/ ? # @ :`, and a URL with a user (`https://x@host`) is never allowed.
+Pure but for resolving a path's symlinks: a policy is decided in microseconds and tested without
+a run.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Literal
+from urllib.parse import SplitResult, urlsplit
 
 from ..errors import SettingsError
 
-__all__ = ["ANSWERS", "Answer", "ApprovalRequest", "Policy", "Rule", "parse_policy", "subject_of"]
+__all__ = [
+    "ANSWERS",
+    "NATIVE_TOOLS",
+    "Answer",
+    "ApprovalRequest",
+    "Policy",
+    "Rule",
+    "literal",
+    "parse_policy",
+    "subject_of",
+]
 
 Answer = Literal["allow", "deny", "ask"]
 ANSWERS: tuple[Answer, ...] = ("allow", "deny", "ask")
@@ -47,9 +71,34 @@ _SUBJECTS = {
     "webfetch": "url",
 }
 _PATHS = {"filePath", "path"}
-# What chains one shell command to another (or runs one inside): `git status; rm -rf ~` must not
-# pass as `git *`. An allow rule takes a simple command only; deny and ask rules look at each part.
+# OpenCode's own tools (1.18's names; a policy may name any of them, `*`, or an MCP server's tool
+# as `<server>_<tool>`): a misspelt tool would otherwise be a rule that never matches.
+NATIVE_TOOLS = frozenset(
+    {*_SUBJECTS, "apply_patch", "codesearch", "lsp", "question", "skill", "task", "todoread", "todowrite", "websearch"}
+)
+# What chains one shell command to another (or runs one inside): deny and ask rules look at each part.
 _CHAINS = re.compile(r"\|\||&&|[;|\n`]|(?<![<>])&(?!>)|\$\(|<\(|>\(")  # not 2>&1, &> (redirections)
+# A command the shell runs word for word: unquoted characters that mean nothing to it, single
+# quotes (nothing inside is special), double quotes without `$`, backquote, backslash or `!`, and
+# the redirections that touch no file. Everything else (expansions of every kind, globs, braces,
+# `~`, comments, chains, here-docs, other redirections) is not literal.
+_LITERAL_TOKEN = re.compile(
+    r"""[ \t]+|[12]?>&[12](?![^ \t])|[12&]?>/dev/null(?![^ \t])|(?:[A-Za-z0-9_@%+=:,./-]|'[^']*'|"[^"$`\\!]*")+"""
+)
+# Where a `*` in a URL's host stops: it never reaches another part.
+_URL_HOST_STAR = "[^/?#@:]*"
+
+
+def literal(command: str) -> bool:
+    """Whether the shell runs `command` as the words it shows, with nothing expanded or chained:
+    read token by token (linear, whatever the agent writes)."""
+    at = 0
+    while at < len(command):
+        token = _LITERAL_TOKEN.match(command, at)
+        if token is None:
+            return False
+        at = token.end()
+    return True
 
 
 @dataclass(frozen=True)
@@ -61,19 +110,46 @@ class ApprovalRequest:
     subject: str | None = None  # what rules match: subject_of(tool, arguments, workdir)
     session_id: str | None = None
     call_id: str | None = None
+    aliases: tuple[str, ...] = ()  # the subject's other spellings (a path as it resolves): an allow takes all
+
+    @classmethod
+    def of(cls, tool: str, arguments: Mapping[str, Any], workdir: str | None, **ids: str | None) -> ApprovalRequest:
+        """The request for a call as the agent made it, its path resolved against `workdir`."""
+        subject = subject_of(tool, arguments, workdir)
+        resolved = _resolved(tool, arguments, workdir)
+        aliases = (resolved,) if resolved is not None and resolved != subject else ()
+        return cls(tool, arguments, subject, aliases=aliases, **ids)
+
+
+def _path_arg(tool: str, arguments: Mapping[str, Any]) -> str | None:
+    key = _SUBJECTS.get(tool)
+    value = arguments.get(key) if key in _PATHS else None
+    return value if isinstance(value, str) else None
+
+
+def _relative(path: str, root: str) -> str:
+    """`path` (absolute, normalised) relative to `root` when inside it, else as it is."""
+    return path if not PurePosixPath(path).is_relative_to(root) else str(PurePosixPath(path).relative_to(root))
 
 
 def subject_of(tool: str, arguments: Mapping[str, Any], workdir: str | None = None) -> str | None:
-    """What a rule's pattern is matched against; a path inside `workdir` relative to it."""
+    """What a rule's pattern is matched against: a path as spelled, `.` and `..` folded, relative
+    to `workdir` when inside it."""
+    path = _path_arg(tool, arguments)
+    if path is not None and workdir:
+        return _relative(posixpath.normpath(posixpath.join(workdir, path)), posixpath.normpath(workdir))
     key = _SUBJECTS.get(tool)
     value = arguments.get(key) if key else None
-    if not isinstance(value, str):
+    return value if isinstance(value, str) else None
+
+
+def _resolved(tool: str, arguments: Mapping[str, Any], workdir: str | None) -> str | None:
+    """A path as the file system resolves it (every symlink, the workdir's too), relative to the
+    resolved workdir when inside it: where a write through a committed link lands."""
+    path = _path_arg(tool, arguments)
+    if path is None or not workdir:
         return None
-    if key in _PATHS and workdir:
-        path, root = PurePosixPath(value), PurePosixPath(workdir)
-        if path.is_relative_to(root):
-            return str(path.relative_to(root))
-    return value
+    return _relative(os.path.realpath(os.path.join(workdir, path)), os.path.realpath(workdir))
 
 
 @functools.cache
@@ -92,6 +168,31 @@ def _compiled(pattern: str, paths: bool) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
+def _url_matches(pattern: str, url: str) -> bool:
+    """A URL pattern against a URL, part by part: the scheme and host as globs whose `*` stays in
+    its part, the port as the URL's (its scheme's default when not written), the path and query as
+    a glob whose `*` crosses folders. A URL with a user or a malformed one matches no pattern."""
+    try:
+        want, got = urlsplit(pattern), urlsplit(url)
+        want_port, got_port = want.port, got.port
+    except ValueError:
+        return False
+    if not want.scheme or got.username is not None or got.password is not None:
+        return False if want.scheme else _compiled(pattern, False).fullmatch(url) is not None
+    host = re.escape(want.hostname or "").replace(re.escape("*"), _URL_HOST_STAR)
+    defaults = {"http": 80, "https": 443}
+    return (
+        _compiled(want.scheme, True).fullmatch(got.scheme) is not None
+        and re.fullmatch(host, got.hostname or "") is not None
+        and (want_port or defaults.get(want.scheme)) == (got_port or defaults.get(got.scheme))
+        and _compiled(_path_and_query(want), False).fullmatch(_path_and_query(got)) is not None
+    )
+
+
+def _path_and_query(parts: SplitResult) -> str:
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
 @dataclass(frozen=True)
 class Rule:
     tool: str
@@ -105,14 +206,21 @@ class Rule:
             return True
         if request.subject is None:
             return False
-        paths = _SUBJECTS.get(request.tool) in _PATHS
-        pattern = _compiled(self.pattern, paths)
-        if request.tool != "bash":
-            return pattern.fullmatch(request.subject) is not None
-        parts = [part.strip() for part in _CHAINS.split(request.subject)]
+        if request.tool == "webfetch":
+            return _url_matches(self.pattern, request.subject)
+        if request.tool == "bash":
+            return self._matches_command(request.subject)
+        pattern = _compiled(self.pattern, _SUBJECTS.get(request.tool) in _PATHS)
+        spellings = [request.subject, *request.aliases]
+        found = [pattern.fullmatch(spelling) is not None for spelling in spellings]
+        return all(found) if self.answer == "allow" else any(found)
+
+    def _matches_command(self, command: str) -> bool:
+        pattern = _compiled(self.pattern or "*", False)
         if self.answer == "allow":
-            return len(parts) == 1 and pattern.fullmatch(parts[0]) is not None
-        return any(pattern.fullmatch(part) for part in (request.subject, *parts))
+            return literal(command) and pattern.fullmatch(command.strip()) is not None
+        parts = [part.strip() for part in _CHAINS.split(command)]
+        return any(pattern.fullmatch(part) for part in (command, *parts))
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool} {self.pattern!r}"
@@ -122,6 +230,19 @@ class Rule:
 class Policy:
     rules: tuple[Rule, ...] = ()
     default: Answer = "ask"
+
+    def check_tools(self, mcp: Collection[str] = ()) -> None:
+        """Each rule names a tool a run can call (one of OpenCode's, `*`, or a tool of one of the
+        run's MCP servers, `<server>_<tool>`): a misspelt one (`bassh: deny`) would never match."""
+        for rule in self.rules:
+            tool = rule.tool
+            if tool == "*" or tool in NATIVE_TOOLS or any(tool.startswith(f"{server}_") for server in mcp):
+                continue
+            servers = f", or <server>_<tool> for an MCP server's ({', '.join(mcp)})" if mcp else ""
+            raise SettingsError(
+                f"approvals.rules: {tool!r} is not a tool OpenCode has: use {', '.join(sorted(NATIVE_TOOLS))} "
+                f"or *{servers}"
+            )
 
     def answer(self, request: ApprovalRequest) -> tuple[Answer, Rule | None]:
         """The first matching rule's answer, or the default (no rule)."""

@@ -209,7 +209,7 @@ def _check_workdir(task: Task, batch: Batch, settings: Settings) -> None:
     """Refuse a task whose workdir, or the template it is copied from, holds one of the
     gateway's files (settings, a key, the data dir, the ledger or its live files): its agent
     would get it (with the keys in it or other tasks' tickets), and a rerun empties the workdir."""
-    folders = [(batch.workdir_root / task.id, "the agent sees it and a rerun empties it")]
+    folders = [((batch.workdir_root / task.id).resolve(), "the agent sees it and a rerun empties it")]
     if task.template is not None:
         folders.append((task.template.resolve(), "each task's workdir starts as a copy, so its agent would get it"))
     for folder, why in folders:

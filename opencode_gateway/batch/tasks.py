@@ -76,9 +76,14 @@ def _options(raw: dict[str, Any], where: str) -> dict[str, Any]:
 def load_tasks(path: Path) -> tuple[Task, ...]:
     """Every task of a JSONL file; SettingsError names the first bad line."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except OSError as exc:
         raise SettingsError(f"cannot read the tasks file {path}: {exc.strerror}") from None
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        bad = data[: exc.start].count(b"\n") + 1
+        raise SettingsError(f"{path} line {bad}: not UTF-8 text (byte {exc.start}): save the file as UTF-8") from None
     tasks: dict[str, Task] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -88,6 +93,10 @@ def load_tasks(path: Path) -> tuple[Task, ...]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SettingsError(f"{where}: not JSON ({exc.msg})") from None
+        try:
+            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, escaped (\\udce9): no database or header takes it
+            raise SettingsError(f"{where}: holds a \\uXXXX escape that is not UTF-8 text (a lone surrogate)") from None
         task = _task(raw, where, path)
         if task.id in tasks:
             raise SettingsError(f"{where}: task id {task.id} is used twice")

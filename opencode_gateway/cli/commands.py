@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +16,14 @@ from .._litellm import owning_loop
 from ..config.file import load_settings
 from ..config.settings import RunSettings, Settings, check_choices
 from ..errors import SettingsError
+from ..terminal import cell
 from .arguments import output_schema, pairs, settings_of, stdin_text
 from .printed import print_json, print_result
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..accounting.ledger import LedgerLocation
     from ..opencode.lines import Event
     from ..runs.result import RunResult
     from ..serve.launch import ServerState
@@ -164,18 +167,27 @@ def _reconcile(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    """`ledger status|sync|import`: 0 done; 1 the team's database cannot be reached (the spool kept)."""
-    from ..accounting.ledger.maintenance import import_ledger, status, sync
+    """`ledger status|sync|import|runs|forget`: 0 done; 1 the team's database cannot be reached
+    (the spool kept)."""
+    from ..accounting.ledger.maintenance import forget_run, import_ledger, status, sync
     from ..errors import LedgerUnavailable
 
     location = settings_of(args).ledger_location
+    if args.action == "runs":
+        return _ledger_runs(args, location)
+    if args.action == "forget":
+        requests, asks = forget_run(location, args.run_id)
+        data: dict[str, Any] = {"ledger": location.shown, "run_id": args.run_id, "requests": requests, "asks": asks}
+        line = f"forgot run {args.run_id}: its {requests} requests and {asks} asks are gone from {location}"
+        print_json(data) if args.json else print(f"opencode-gateway: {line}")
+        return 0
     if args.action == "status":
         state = status(location)
         print_json(state.to_dict()) if args.json else print("\n".join(state.lines()))
         return 0 if state.problem is None or not location.exists() else 1
     if args.action == "import":
         moved = import_ledger(Path(args.file), location)
-        data: dict[str, Any] = {"ledger": location.shown, **moved.__dict__}
+        data = {"ledger": location.shown, **moved.__dict__}
         line = (
             f"imported {args.file} into {location}: {moved.new_runs} of {moved.runs} runs and "
             f"{moved.new_requests} of {moved.requests} requests were new"
@@ -193,6 +205,24 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         data = {"ledger": location.shown, "runs": runs, "requests": requests}
         line = f"shipped {runs} runs and {requests} requests to {location}; nothing is waiting"
     print_json(data) if args.json else print(f"opencode-gateway: {line}")
+    return 0
+
+
+def _ledger_runs(args: argparse.Namespace, location: LedgerLocation) -> int:
+    from ..accounting.ledger.maintenance import find_runs
+
+    if not location.exists():
+        raise SettingsError(f"ledger {location}: no runs recorded yet (the first run creates it)")
+    found = find_runs(location, list(pairs(args.where, "--where").items()), args.since, args.until)
+    if args.json:
+        print_json({"ledger": location.shown, "runs": found})
+        return 0
+    for run in found:
+        when = datetime.fromtimestamp(run["started_at"], timezone.utc).strftime("%Y-%m-%d %H:%M")
+        cost = "-" if run["cost"] is None else f"${run['cost']:.6f}"
+        print(cell(f"{run['run_id']}  {when}  {run['outcome']}  {run['requests']} requests  {cost}  {run['metadata']}"))
+    if not found:
+        print(f"opencode-gateway: no run in {location} matches", file=sys.stderr)
     return 0
 
 

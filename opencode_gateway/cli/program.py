@@ -201,7 +201,9 @@ def _sessions_command(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def _ledger_command(commands: argparse._SubParsersAction[Parser]) -> None:
     ledger = commands.add_parser(
-        "ledger", help="the ledger: its backend and spool (status), ship the spool (sync), import a ledger.db"
+        "ledger",
+        help="the ledger: its backend and spool (status), ship the spool (sync), import a ledger.db, "
+        "list runs (runs), remove one (forget)",
     )
     actions = ledger.add_subparsers(dest="action", required=True, parser_class=Parser)
     status = actions.add_parser("status", help="the backend, schema version and what waits in the spool")
@@ -210,7 +212,15 @@ def _ledger_command(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     imported = actions.add_parser("import", help="merge a SQLite ledger file into the configured ledger")
     imported.add_argument("file", metavar="FILE.db", help="a ledger file (runs already there are not added twice)")
-    for parser in (status, sync, imported):
+    runs = actions.add_parser("runs", help="list the runs (--where, --since, --until as for report)")
+    runs.add_argument(
+        "--where", action="append", default=[], metavar="KEY=VALUE", help="only runs whose metadata KEY is VALUE"
+    )
+    runs.add_argument("--since", metavar="DATE", help="runs from this date (as for report)")
+    runs.add_argument("--until", metavar="DATE", help="up to this date, inclusive")
+    forget = actions.add_parser("forget", help="remove a run, its requests and its asks from the ledger")
+    forget.add_argument("run_id", metavar="RUN", help="the run's id (ledger runs lists them)")
+    for parser in (status, sync, imported, runs, forget):
         setting_flags(parser, "ledger")
         parser.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -14,12 +14,17 @@ from ..errors import SettingsError
 __all__ = ["check_attribution"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
+# A byte that was not UTF-8 (argv and the environment are decoded with surrogateescape) or a
+# lone surrogate a JSON file escaped: text no database, header or report can carry.
+_NOT_UTF8 = re.compile("[\ud800-\udfff]")
 
 
 def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_metadata_keys: Iterable[str]) -> None:
     """Tags and metadata as the gateway can carry them: raises SettingsError naming the bad one.
     No control character anywhere: a value reaches headers, reports, pull-request comments and
-    terminals, where a newline or an ESC would write outside its cell."""
+    terminals, where a newline or an ESC would write outside its cell. Strict UTF-8: one value
+    that is not would fail every report of a team's ledger, and every budget query with it."""
+    _check_utf8(tags, metadata)
     for tag in tags:
         if not isinstance(tag, str) or not tag or "," in tag or tag != tag.strip() or _CONTROL.search(tag):
             raise SettingsError(
@@ -38,6 +43,14 @@ def check_attribution(tags: Iterable[Any], metadata: Mapping[str, Any], tag_meta
             raise SettingsError(
                 f"metadata {key}={metadata[key]!r} contains a comma, but {key} is also sent as a tag "
                 "(tag_metadata_keys): remove it"
+            )
+
+
+def _check_utf8(tags: Iterable[Any], metadata: Mapping[str, Any]) -> None:
+    for what, text in [*(("tag", tag) for tag in tags), *(("metadata", t) for t in _texts(dict(metadata)))]:
+        if isinstance(text, str) and _NOT_UTF8.search(text):
+            raise SettingsError(
+                f"{what} {ascii(text)} is not UTF-8 text: give it as UTF-8 (check the terminal's or file's encoding)"
             )
 
 

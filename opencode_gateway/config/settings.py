@@ -135,11 +135,15 @@ class Settings(
     def gateway_files(self) -> tuple[Path, ...]:
         """The gateway's own files, which a sandbox hides wherever they are: settings and key
         files, the data dir, the ledger file and the live files SQLite keeps beside it (a Postgres
-        ledger's spool is in the data dir) and libpq's password file."""
-        ledger, passfile = self.ledger_location.path, self._environ.get("PGPASSFILE")
+        ledger's spool is in the data dir) and every file libpq may read for a team ledger
+        (password, service and TLS files)."""
+        location = self.ledger_location
+        ledger = location.path
         ledgers = [ledger.with_name(ledger.name + end) for end in ("", "-wal", "-shm", "-journal")] if ledger else []
-        files = (self.data_dir, *ledgers, *([Path(passfile)] if passfile else []))
-        return (*self.secret_files, *(file.resolve() for file in files))
+        files = (self.data_dir, *ledgers)
+        # resolved, each: a key named through a symlink (or `..`) is where it lands, for the sandbox
+        # that hides it and for every check that it is not inside a folder the agent gets
+        return (*(file.resolve() for file in (*self.secret_files, *files)), *location.files(self._environ))
 
     @property
     def gateway_api_base(self) -> str | None:
@@ -154,7 +158,7 @@ class Settings(
         """The keys this process holds, which OpenCode, its config and every log must never see:
         the ones given, and every credential in the environment (litellm reads provider keys there)."""
         headers = (self.otel or {}).get("headers") or {}  # a collector's key, e.g. Langfuse's
-        given = (self.api_key, self.gateway_api_key, self.metrics_token, self.ledger_location.password)
+        given = (self.api_key, self.gateway_api_key, self.metrics_token, *self.ledger_location.passwords)
         return held_secrets(self._environ, (*given, *headers.values()))
 
 
@@ -240,6 +244,8 @@ def _check(settings: RunSettings) -> None:
     settings.upstream_limits.check()
     Budget(settings.max_cost, settings.max_requests, settings.max_tokens, settings.max_turns).check()
     settings.sandbox_config.check()
+    if settings.approvals is not None:
+        settings.approvals.check_tools(settings.mcp)
     settings.ledger_location  # noqa: B018 (a malformed ledger URL fails here, before anything starts)
     _check_otel(settings)
     settings.agent_config.check(

@@ -258,7 +258,9 @@ def _confined_system(seccomp_fd: int, *, new_session: bool, own_network: bool) -
             command += ["--ro-bind", folder, folder]
     for path in root_only_files():
         command += _hide_whole(path)
-    command += ["--dev", "/dev", "--proc", "/proc"]
+    # /dev is bwrap's own tmpfs, unsized (half the machine's memory): read-only, its devices still
+    # work (they are binds of the host's), and /dev/shm, sized below, is where a program writes.
+    command += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
     for folder, size in EMPTY_DIRS.items():
         command += ["--size", str(size), "--tmpfs", folder]
     return command

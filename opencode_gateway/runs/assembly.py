@@ -193,7 +193,8 @@ def opencode_process(
     )
     plugins = []
     if plan.asks:  # the token's file is written next, by opencode_env
-        source = plugin_source(server.url, str(workspace.private / "token"), settings.approval_timeout)
+        unix = str(socket_path) if socket_path else None
+        source = plugin_source(server.url, str(workspace.private / "token"), settings.approval_timeout, unix)
         plugins.append(workspace.add_plugin(source))
     env = opencode_env(
         settings,

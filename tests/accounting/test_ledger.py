@@ -22,6 +22,7 @@ from opencode_gateway.accounting.records import RequestRecord, RunUsage
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import LedgerError
 from tests.support import builders
+from tests.support.cli import cli
 from tests.support.ledger import closed, select
 
 
@@ -357,3 +358,37 @@ def test_four_processes_writing_at_once_lose_and_double_no_row(shared: str, ledg
         assert pool.starmap(_writes, [(shared, moment, worker) for worker in range(4)]) == ["ok"] * 4
     ids = [row[0] for row in select(ledger_at, "SELECT request_id FROM requests")]
     assert len(ids) == 400 and set(ids) == {f"w{w}-{n:03}" for w in range(4) for n in range(100)}
+
+
+def test_a_period_cap_whose_query_fails_refuses_the_call(tmp_path: Path) -> None:
+    """Fail closed: a cap the ledger cannot count is not one that allows."""
+    cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 1})
+    ledger = Ledger(tmp_path / "ledger.db")
+    start(ledger, "a", {"ticket": "ENG-1"})
+    ledger.flush()
+    db = sqlite3.connect(tmp_path / "ledger.db")
+    db.execute("DROP TABLE holds")  # the query that counts the cap now fails
+    db.commit()
+    db.close()
+    verdict = ledger.hold(Claim("x1", ((cap, "ENG-1"),), Spent(1, 100, 0.0), time.time())).result()
+    ledger.close()
+    assert isinstance(verdict, Refusal) and verdict.limit == "budget"
+    assert verdict.message.startswith("the period budgets could not be counted in the ledger: ")
+
+
+def test_text_that_is_not_utf8_is_stored_so_that_every_query_still_works(ledger_at: LedgerLocation) -> None:
+    """A lone surrogate (a byte that was not UTF-8, or a `\\udce9` the agent wrote in JSON) in a
+    run's metadata, tags or an ask's subject: stored with U+FFFD in its place, so reports and
+    budgets over that run keep working on both backends."""
+    cap = PeriodBudget.from_setting("note", {"per": "day", "max_requests": 5})
+    ledger = Ledger(ledger_at)
+    start(ledger, "a", {"note": "caf\udce9", "ticket": "ENG-1"}, tags=("harness", "t\udce9"))
+    ledger.record_request("a", record("a1", started_at=time.time()))
+    verdict = ledger.hold(Claim("x1", ((cap, "caf\ufffd"),), Spent(1, 100, 0.0), time.time())).result()
+    ledger.close()
+    assert verdict is None
+    [(metadata, tags)] = select(ledger_at, "SELECT metadata, tags FROM runs")
+    assert "caf\\ufffd" in metadata or "caf\ufffd" in metadata, metadata
+    assert "\\udce9" not in metadata + tags
+    report = cli("report", "--ledger", ledger_at.url or str(ledger_at.path), "--by", "note", "--format", "json")
+    assert report.returncode == 0, report.stderr

@@ -8,11 +8,13 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation
+from opencode_gateway.accounting.budget import Claim, PeriodBudget, Refusal, Spent
+from opencode_gateway.accounting.ledger import SCHEMA_VERSION, Ledger, LedgerLocation, connect
 from opencode_gateway.accounting.ledger.schema import APPROVAL_COLUMNS, REQUEST_COLUMNS, RUN_COLUMNS
 from opencode_gateway.accounting.records import ApprovalRecord, RunUsage
 from tests.accounting.test_ledger import record, start
@@ -97,7 +99,13 @@ def test_status_names_the_backend_and_schema_version(ledger_at: LedgerLocation) 
         (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:{{port}}/no_such_db", "refused the connection"),
         (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:{{port}}", "names no database"),
         (f"postgresql://llmproxy:{PASSWORD}@127.0.0.1:port/spend", "the port is not a number"),
-        (f"mysql://llmproxy:{PASSWORD}@127.0.0.1/spend", "only postgresql://"),
+        (f"mysql://llmproxy:{PASSWORD}@127.0.0.1/spend", "neither a file's path nor a postgresql://"),
+        # libpq's way: the password in the query, masked as well
+        (f"postgresql://llmproxy@127.0.0.1:{{port}}/postgres?password=wrong-{PASSWORD}", "refused the connection"),
+        (f"postgresql://llmproxy@127.0.0.1:{{port}}/no_such_db?sslpassword=x&password={PASSWORD}", "refused the"),
+        # one slash: never a SQLite file named after the password
+        (f"postgresql:/llmproxy:{PASSWORD}@127.0.0.1/spend", "neither a file's path nor a postgresql://"),
+        (f"host=127.0.0.1 password={PASSWORD} dbname=spend", "neither a file's path nor a postgresql://"),
     ],
 )
 def test_a_ledger_url_that_cannot_work_is_exit_2_in_one_line_with_the_password_masked(
@@ -119,6 +127,7 @@ def test_a_ledger_url_that_cannot_work_is_exit_2_in_one_line_with_the_password_m
             assert result.returncode == 2, (command, result)
             assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert PASSWORD not in result.stdout + result.stderr and "***" in result.stdout + result.stderr
+    assert not Path("postgresql:").exists() and not list(Path.cwd().glob("host=*")), "a ledger file was made"
 
 
 def test_without_psycopg_a_postgres_ledger_is_exit_2_naming_the_install(postgres: Postgres) -> None:
@@ -166,3 +175,42 @@ def test_a_read_only_role_reads_the_team_ledger_for_report_and_the_dashboard(
     assert postgres.psql("SELECT stop_reason IS NULL FROM runs WHERE run_id = 'run_open'", database) == "t\n"
     denied = postgres.psql("SELECT has_table_privilege('reader', 'runs', 'UPDATE')", database)
     assert denied == "f\n"
+
+
+POISON = """UPDATE runs SET metadata = '{"note": "caf\\udce9", "ticket": "ENG-1"}' WHERE run_id = 'bad'"""
+
+
+def test_a_run_an_older_version_stored_with_text_no_query_reads_is_found_and_forgotten(
+    ledger_at: LedgerLocation,
+) -> None:
+    """What one non-UTF-8 value did to a ledger before it was refused at the door: on Postgres every
+    report failed and a ticket's budget query with it (now refused, fail closed). `ledger runs`
+    lists it as stored, `ledger forget` takes it out, and reports work again."""
+    ledger = Ledger(ledger_at)
+    for run_id in ("good", "bad"):
+        start(ledger, run_id, {"ticket": "ENG-1"})
+        ledger.record_request(run_id, record(f"{run_id}-1"))
+    ledger.close()
+    database = connect(ledger_at)
+    database.connection.execute(POISON)  # as an older version wrote it: no check, no replacement
+    database.connection.commit()
+    database.close()
+    where = ["--ledger", ledger_at.url or str(ledger_at.path)]
+    if ledger_at.is_postgres:
+        assert cli("report", "--by", "ticket", *where).returncode != 0  # what the poison did
+        cap = PeriodBudget.from_setting("ticket", {"per": "day", "max_requests": 9})
+        verdict = Ledger(ledger_at).hold(Claim("x1", ((cap, "ENG-1"),), Spent(1, 1, 0.0), time.time())).result()
+        assert isinstance(verdict, Refusal) and "could not be counted" in verdict.message  # fail closed
+    listed = cli("ledger", "runs", "--json", *where)
+    assert listed.returncode == 0, listed.stderr
+    runs = {run["run_id"]: run for run in json.loads(listed.stdout)["runs"]}
+    assert set(runs) == {"good", "bad"} and runs["bad"]["requests"] == 1 and "udce9" in runs["bad"]["metadata"]
+    forgot = cli("ledger", "forget", "bad", *where)
+    assert forgot.returncode == 0 and "forgot run bad: its 1 requests and 0 asks" in forgot.stdout, forgot
+    report = cli("report", "--by", "ticket", "--format", "json", *where)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["total"]["runs"] == 1
+    again = cli("ledger", "forget", "bad", *where)
+    assert again.returncode == 2 and "no run 'bad'" in again.stderr and len(again.stderr.splitlines()) == 1
+    only = cli("ledger", "runs", "--where", "ticket=ENG-1", "--json", *where)
+    assert [run["run_id"] for run in json.loads(only.stdout)["runs"]] == ["good"]

@@ -16,6 +16,7 @@ from opencode_gateway.approvals.policy import ApprovalRequest, parse_policy
 
 TOKEN = "run-token-0123456789"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+SEALED = {"sealed": True}  # the plugin made OpenCode non-dumpable before it said hello
 POLICY = parse_policy({"rules": {"bash": {"git *": "allow", "rm *": "deny"}}, "default": "ask"})
 
 
@@ -43,7 +44,7 @@ async def _asked(approvals: Approvals, *commands: str, key: str | None = None) -
     """The plugin's way: hello once (unless given a key), then an ask per bash command."""
     async with await _client(approvals) as client:
         if key is None:
-            key = (await client.post("/approvals/hello", headers=AUTH, json={})).json()["key"]
+            key = (await client.post("/approvals/hello", headers=AUTH, json=SEALED)).json()["key"]
         answers = []
         for command in commands:
             body = {"tool": "bash", "sessionID": "ses_1", "callID": "call_1", "args": {"command": command}}
@@ -55,15 +56,27 @@ async def _asked(approvals: Approvals, *commands: str, key: str | None = None) -
 async def test_the_key_is_given_once_and_an_ask_without_it_is_refused() -> None:
     approvals, seen = _approvals()
     async with await _client(approvals) as client:
-        assert (await client.post("/approvals/hello", json={})).status_code == 401  # no token
-        first = await client.post("/approvals/hello", headers=AUTH, json={})
+        assert (await client.post("/approvals/hello", json=SEALED)).status_code == 401  # no token
+        first = await client.post("/approvals/hello", headers=AUTH, json=SEALED)
         assert first.status_code == 200 and first.json()["key"]
-        again = await client.post("/approvals/hello", headers=AUTH, json={})  # the agent, with the token
+        again = await client.post("/approvals/hello", headers=AUTH, json=SEALED)  # the agent, with the token
         assert again.status_code == 403 and "key" not in again.json()
     [refused] = await _asked(approvals, "git status", key="guessed")
     assert refused.status_code == 403 and refused.json()["decision"] == "deny"
     assert seen == []  # nothing was asked
     assert await approvals.loaded() is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("hello", [{}, {"sealed": False}, {"sealed": "yes"}])
+async def test_a_plugin_that_could_not_seal_opencode_gets_no_key_and_model_calls_are_refused(hello: Any) -> None:
+    approvals, _ = _approvals()
+    async with await _client(approvals) as client:
+        refused = await client.post("/approvals/hello", headers=AUTH, json=hello)
+        assert refused.status_code == 403 and "key" not in refused.json()
+        again = await client.post("/approvals/hello", headers=AUTH, json=SEALED)  # no second chance
+        assert again.status_code == 403 and "key" not in again.json()
+    assert "non-dumpable" in (await approvals.loaded() or "")
 
 
 @pytest.mark.anyio
@@ -137,7 +150,7 @@ async def test_without_a_callback_what_the_policy_asks_about_is_denied() -> None
 async def test_a_call_of_a_tool_opencode_does_not_offer_is_left_to_opencode_unasked() -> None:
     approvals, seen = _approvals(approve=lambda request: pytest.fail("asked"))
     async with await _client(approvals) as client:
-        key = (await client.post("/approvals/hello", headers=AUTH, json={})).json()["key"]
+        key = (await client.post("/approvals/hello", headers=AUTH, json=SEALED)).json()["key"]
         answer = await client.post(
             "/approvals/ask", headers={**AUTH, "x-approval-key": key}, json={"tool": "invalid", "args": {}}
         )

@@ -29,7 +29,7 @@ from tests.support.tmux import Terminal
 
 pytestmark = pytest.mark.e2e
 
-POLICY = {"rules": {"bash": {"echo *": "allow", "rm *": "deny"}}, "default": "deny"}
+POLICY = {"rules": {"bash": {"touch *": "allow", "rm *": "deny"}}, "default": "deny"}
 
 
 def _bash(*commands: str) -> Reply:
@@ -71,15 +71,15 @@ def test_a_policy_lets_the_allowed_command_run_and_the_denied_one_never_runs(
     sandbox: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     (workdir / "keep.txt").write_text("kept")
-    upstream.script(_bash("echo allowed > made.txt", "rm -f keep.txt"), Reply(text="done", usage=usage(200, 5)))
+    upstream.script(_bash("touch made.txt", "rm -f keep.txt"), Reply(text="done", usage=usage(200, 5)))
     result = _run(upstream, workdir, settings.replace(sandbox=sandbox), approvals=POLICY)
     assert result.ok, result.error
-    assert (workdir / "made.txt").read_text() == "allowed\n"
+    assert (workdir / "made.txt").exists()
     assert (workdir / "keep.txt").read_text() == "kept", "the denied rm ran"
     told = _tool_messages(upstream)
     assert "denied by the host: the rule bash 'rm *' says deny" in told
     answers = {e.subject: e for e in result.events if isinstance(e, ApprovalAsked)}
-    assert set(answers) == {"echo allowed > made.txt", "rm -f keep.txt"}
+    assert set(answers) == {"touch made.txt", "rm -f keep.txt"}
     decided = {(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)}
     assert decided == {("allow", "policy"), ("deny", "policy")}
     denied = [e for e in result.events if isinstance(e, ToolResult) and e.is_error]
@@ -100,7 +100,7 @@ def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denie
         raise RuntimeError("the reviewer is out")
 
     upstream.script(
-        _bash("echo first > first.txt", "echo second > second.txt", "echo third > third.txt"),
+        _bash("touch first.txt", "touch second.txt", "touch third.txt"),
         Reply(text="done", usage=usage(200, 5)),
     )
     result = _run(upstream, workdir, settings, approvals={"default": "ask"}, approve=approve)
@@ -108,9 +108,9 @@ def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denie
     assert (workdir / "first.txt").exists()
     assert not (workdir / "second.txt").exists() and not (workdir / "third.txt").exists()
     assert sorted(r.subject or "" for r in asked) == [
-        "echo first > first.txt",
-        "echo second > second.txt",
-        "echo third > third.txt",
+        "touch first.txt",
+        "touch second.txt",
+        "touch third.txt",
     ]
     told = _tool_messages(upstream)
     assert "denied by the host: not today" in told
@@ -132,8 +132,8 @@ def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
     upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
 ) -> None:
     policy = tmp_path / "approve.yaml"
-    policy.write_text('approvals:\n  rules:\n    bash: {"echo *": allow}\n  default: deny\n')
-    upstream.script(_bash("echo yes > yes.txt", "touch no.txt"), Reply(text="done", usage=usage(200, 5)))
+    policy.write_text('approvals:\n  rules:\n    bash: {"touch *": allow}\n  default: deny\n')
+    upstream.script(_bash("touch yes.txt", "mkdir no"), Reply(text="done", usage=usage(200, 5)))
     result = subprocess.run(
         [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
         + ["--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "ledger.db")]
@@ -144,11 +144,11 @@ def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
         timeout=240,
     )
     assert result.returncode == 0, result.stderr
-    assert (workdir / "yes.txt").exists() and not (workdir / "no.txt").exists()
+    assert (workdir / "yes.txt").exists() and not (workdir / "no").exists()
     events = json.loads(result.stdout)["events"]
     answered = sorted((e["decision"], e["reason"]) for e in events if e["type"] == "approval_answered")
-    assert answered == [("allow", "the rule bash 'echo *' says allow"), ("deny", "the policy's default says deny")]
-    assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"echo yes > yes.txt", "touch no.txt"}
+    assert answered == [("allow", "the rule bash 'touch *' says allow"), ("deny", "the policy's default says deny")]
+    assert {e["subject"] for e in events if e["type"] == "approval_asked"} == {"touch yes.txt", "mkdir no"}
     assert _asks_reported(tmp_path / "ledger.db") == (2, 1, 1)
 
 
@@ -162,12 +162,12 @@ def test_a_batch_with_a_policy_file_asks_in_every_task_and_its_ledger_holds_ever
     def answer(body: dict[str, Any]) -> Reply:
         task = re.search(r"task (t\d)", json.dumps(body["messages"])).group(1)  # type: ignore[union-attr]
         if not any(m["role"] == "tool" for m in body["messages"]):
-            return _bash(f"echo {task} > made.txt", "touch denied.txt")
+            return _bash(f"touch made-{task}.txt", "mkdir denied")
         return Reply(text=f"{task} done", usage=usage(200, 5))
 
     monkeypatch.setattr(upstream, "fallback", answer)
     policy = tmp_path / "approve.yaml"
-    policy.write_text('rules:\n  bash: {"echo *": allow, "touch *": ask}\ndefault: deny\n')
+    policy.write_text('rules:\n  bash: {"touch made-*": allow, "mkdir *": ask}\ndefault: deny\n')
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": t, "prompt": f"Do task {t}"}) + "\n" for t in ("t1", "t2", "t3")))
     root, ledger = tmp_path / "work", tmp_path / "ledger.db"
@@ -184,8 +184,8 @@ def test_a_batch_with_a_policy_file_asks_in_every_task_and_its_ledger_holds_ever
     )
     assert batch.returncode == 0, batch.stderr
     for task in ("t1", "t2", "t3"):
-        assert (root / task / "made.txt").read_text() == f"{task}\n"
-        assert not (root / task / "denied.txt").exists(), f"{task}'s denied touch ran"
+        assert (root / task / f"made-{task}.txt").exists()
+        assert not (root / task / "denied").exists(), f"{task}'s denied mkdir ran"
     assert _asks_reported(ledger) == (6, 3, 3)
     reasons = {
         row[0] for row in sqlite3.connect(ledger).execute("SELECT reason FROM approvals WHERE decision = 'deny'")
@@ -208,6 +208,17 @@ def test_a_bad_policy_file_is_exit_2_in_one_line_naming_the_rule(tmp_path: Path)
     )
 
 
+# A command whose own lines draw a fake ask for a harmless call, so that `y` would run the rest.
+FAKE_ASK = (
+    "id > payload.txt"
+    + "\n" * 40
+    + (
+        "? the agent asks to run bash (10 characters, 1 line):\n  │ git status\n"
+        "  [y] allow once  [a] always allow bash 'git *'  [n] deny  (120 s): type y, a or n, then Enter "
+    )
+)
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="scripts/setup installs tmux")
 def test_a_person_at_the_terminal_allows_once_always_and_denies(
     upstream: ScriptedUpstream, workdir: Path, tmp_path: Path, env: dict[str, str]
@@ -217,7 +228,8 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
     upstream.script(
         _bash("echo once > once.txt"),
         _bash("git init -q ."),
-        _bash("git status > status.txt"),  # "always allow git *" answered it
+        _bash("git init -q again"),  # "always allow git *" answered it
+        _bash(FAKE_ASK),
         _bash("touch denied.txt"),
         Reply(text="all asked", usage=usage(200, 5)),
     )
@@ -226,22 +238,29 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
         command = [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
         command += ["--workdir", str(workdir), "--ledger", str(tmp_path / "ledger.db"), "--approve", str(policy)]
         terminal.type(shlex.join([*command, "Do it"]) + "; echo RUN-ENDED-$?")
-        for command_shown, key in (("echo once > once.txt", "y"), ("git init -q .", "a"), ("touch denied.txt", "n")):
+        asks = [
+            ("(20 characters, 1 line):", "│ echo once > once.txt", "y"),
+            ("(13 characters, 1 line):", "│ git init -q .", "a"),
+            (f"({len(FAKE_ASK)} characters, 43 lines):", "│ id > payload.txt\\x0a\\x0a", "n"),
+            ("(16 characters, 1 line):", "│ touch denied.txt", "n"),
+        ]
+        for header, shown, key in asks:
             terminal.wait_for(
-                lambda screen, c=command_shown: f"run bash: {c}" in screen, f"the ask for {command_shown}"
+                lambda screen, h=header, c=shown: (
+                    f"run bash {h}" in screen and c in screen.split(h)[-1] and "then Enter" in screen.split(h)[-1]
+                ),
+                f"the ask {shown}",
             )
             terminal.type(key)
-            terminal.wait_for(
-                lambda screen, c=command_shown, k=key: f"→ {k}" in screen.split(c)[-1], "the answer shown"
-            )
+            terminal.wait_for(lambda screen, c=shown, k=key: f"→ {k}" in screen.split(c)[-1], "the answer shown")
         screen = terminal.wait_for(lambda screen: "RUN-ENDED-0" in screen, "the run's end")
     finally:
         terminal.close()
     assert "all asked" in screen
-    assert "run bash: git status" not in screen  # never asked: "always" allowed git *
-    assert (workdir / "once.txt").exists() and (workdir / "status.txt").exists()
-    assert not (workdir / "denied.txt").exists()
-    assert _asks_reported(tmp_path / "ledger.db") == (4, 3, 1)
+    assert "│ git init -q again" not in screen  # never asked: "always" allowed git *
+    assert (workdir / "once.txt").exists() and (workdir / "again" / ".git").is_dir()
+    assert not (workdir / "denied.txt").exists() and not (workdir / "payload.txt").exists()
+    assert _asks_reported(tmp_path / "ledger.db") == (5, 3, 2)
 
 
 def test_arun_takes_an_async_callback_and_the_mode_denies_before_it_is_asked(

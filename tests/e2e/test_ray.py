@@ -232,8 +232,8 @@ def test_a_period_cap_holds_on_ray_the_drivers_ledger_answers_what_a_ticket_spen
         ("t2", "budget_exceeded"),
         ("t3", "done"),
     ]
-    if ledger_at.password:
-        assert ledger_at.password not in driver.stdout + driver.stderr
+    for password in ledger_at.passwords:
+        assert password not in driver.stdout + driver.stderr
 
 
 def test_without_ray_the_executor_is_exit_2_naming_the_extra(tmp_path: Path) -> None:

@@ -16,11 +16,12 @@ import pytest
 from opencode_gateway import run
 from opencode_gateway.accounting.ledger import LedgerLocation
 from opencode_gateway.config.settings import Settings
+from opencode_gateway.events import ToolResult
 from tests.support.cli import cli
 from tests.support.inspection import opencode_as_seen
 from tests.support.ledger import select
 from tests.support.postgres import PASSWORD, Postgres
-from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).parents[2]
@@ -113,3 +114,34 @@ def test_a_run_on_a_ledger_that_refuses_the_connection_is_exit_2_before_opencode
     )
     assert result.returncode == 2 and "refused the connection" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and PASSWORD not in result.stderr and "***" in result.stderr
+
+
+def test_every_file_libpq_reads_for_the_ledger_is_hidden_from_the_agent_even_in_its_workdir(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, postgres: Postgres, tmp_path: Path
+) -> None:
+    """The URL names a password file in the workdir (`?passfile=`), and libpq's variables a service
+    file and a TLS key there: the run connects with them, and the agent that cats them sees none."""
+    database = postgres.create_database().rsplit("/", 1)[1]
+    passfile, service, key = workdir / ".pgpass-url", workdir / ".pg_service.conf", workdir / "client.key"
+    passfile.write_text(f"127.0.0.1:{postgres.port}:*:llmproxy:{PASSWORD}\n")
+    passfile.chmod(0o600)
+    service.write_text(f"[team]\npassword={PASSWORD}\n")
+    key.write_text(f"key {PASSWORD}\n")
+    url = f"postgresql://llmproxy@127.0.0.1:{postgres.port}/{database}?passfile={passfile}"
+    command = "cat .pgpass-url .pg_service.conf client.key; echo end"
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "look"})], usage=usage(100, 5)),
+        Reply(text="looked", usage=usage(200, 5)),
+    )
+    environ = {**os.environ, "PGSERVICEFILE": str(service), "PGSSLKEY": str(key)}
+    environ.pop("PGPASSWORD", None)
+    result = run(
+        "Look", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-provider", workdir=workdir,
+        settings=settings.replace(ledger=url, environ=environ, sandbox="bwrap"),
+    )  # fmt: skip
+    assert result.ok, result.error
+    [output] = [e.output for e in result.events if isinstance(e, ToolResult)]
+    assert output.strip().endswith("end") and PASSWORD not in output, output
+    assert PASSWORD in passfile.read_text() and PASSWORD in service.read_text()  # hidden, not touched
+    [row] = select(LedgerLocation.of(url, tmp_path), "SELECT run_id FROM runs")
+    assert row[0] == result.run_id

@@ -6,6 +6,7 @@ locks it is given, and every driver error turned into a LedgerError that says wh
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -15,7 +16,7 @@ from ...errors import LedgerConfigError, LedgerError, LedgerUnavailable, Setting
 from .dialect import POSTGRES, SQLITE, Dialect
 from .location import INSTALL, LedgerLocation
 
-__all__ = ["Database", "open_postgres", "open_sqlite", "postgres_error", "sqlite_error"]
+__all__ = ["storable", "Database", "open_postgres", "open_sqlite", "postgres_error", "sqlite_error"]
 
 # libpq's words for a server that answered and refused: a configuration to fix, not an outage
 _REFUSALS = ("password authentication failed", "does not exist", "no password supplied", "pg_hba.conf", "permission")
@@ -41,6 +42,25 @@ def _row_factory(cursor: Any) -> Any:
     return lambda values: kind(values)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, a surrogate is always a lone one
+# A JSON escape of a lone surrogate (a pair, `\ud83d\ude00`, is one character and kept)
+_LONE_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def storable(parameters: Sequence[Any]) -> tuple[Any, ...]:
+    """Parameters as both databases take them: a text that is not UTF-8 (a lone surrogate, from a
+    byte that was not UTF-8 in argv, or a `\\udXXX` escape in JSON the agent wrote) has U+FFFD in
+    its place, and a JSON escape of one too. Stored as it came, it would fail its own insert (SQLite)
+    or every later query that reads it as JSON (Postgres), reports and budgets included."""
+    return tuple(_storable(value) if isinstance(value, str) else value for value in parameters)
+
+
+def _storable(text: str) -> str:
+    return _LONE_ESCAPE.sub(r"\\ufffd", _SURROGATE.sub("\ufffd", text))
+
+
 class Database:
     """A ledger connection. `shown` names it in messages (a URL without its password)."""
 
@@ -54,15 +74,15 @@ class Database:
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         with self._errors():
-            return self.connection.execute(self._sql(sql), parameters)
+            return self.connection.execute(self._sql(sql), storable(parameters))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with self._errors():
             if self.dialect is SQLITE:
-                self.connection.executemany(sql, rows)
+                self.connection.executemany(sql, map(storable, rows))
             else:
                 with self.connection.cursor() as cursor:
-                    cursor.executemany(self._sql(sql), list(rows))
+                    cursor.executemany(self._sql(sql), [storable(row) for row in rows])
 
     @contextlib.contextmanager
     def transaction(self, locks: Iterable[str] = ()) -> Iterator[None]:

