@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -174,9 +175,20 @@ def prune_sessions(
     return removed
 
 
-def keep_session(data_dir: Path, data_home: Path, session_id: str | None) -> None:
-    """A new session's store (the run's data home), kept under the data dir for --session."""
-    if session_id and is_session_id(session_id):
-        store = session_store(data_dir, session_id)
+def keep_session(data_dir: Path, data_home: Path, session_id: str | None) -> str | None:
+    """A new session's store (the run's data home), kept under the data dir for --session; when
+    it cannot be (a full disk, a data dir made read-only during the run), why, in one line, and no
+    half-copied store left behind: the run itself is done, only its session is not kept."""
+    if not session_id or not is_session_id(session_id):
+        return None
+    store = session_store(data_dir, session_id)
+    try:
         store.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(data_home), store)
+    except OSError as exc:
+        shutil.rmtree(store, ignore_errors=True)
+        # shutil.move's copy gathers each file's error in one shutil.Error: its first one says why
+        number = exc.errno or next(map(int, re.findall(r"\[Errno (\d+)\]", str(exc))), None)
+        reason = os.strerror(number) if number else str(exc)
+        return f"the session {session_id} could not be kept under {data_dir} ({reason}): --session cannot continue it"
+    return None

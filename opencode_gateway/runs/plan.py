@@ -4,6 +4,8 @@ and raises what is wrong; `runner.execute(plan)` runs it: the plan is data the r
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,23 @@ def _settings(options: RunOptions) -> RunSettings:
     return (options.get("settings") or Settings()).replace(**overrides).validated()
 
 
+def check_writable(data_dir: Path) -> None:
+    """Refuse a data dir this run could not write (read-only, full, not ours) before OpenCode
+    starts: the session, the spool and the default ledger go there, and a run that learns it
+    after its model calls has spent the money and lost what it made."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".writable-") as probe:
+            probe.write(b"\0" * 65536)  # a full disk refuses this much; a nearly full one, the session
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise SettingsError(
+            f"the data dir {data_dir} cannot be written ({exc.strerror or exc}): free space there, "
+            "or give another (data_dir in the settings, or $OPENCODE_GATEWAY_HOME)"
+        ) from None
+
+
 def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     _refuse_unsupported(options)
     settings = _settings(options)
@@ -121,6 +140,7 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         raise SettingsError(f"opencode must be a stand-in such as RecordedOpenCode, not {type(stand_in).__name__}")
     session_id = options.get("session_id")
     resumed_store = _check_session(settings, session_id, cwd)
+    check_writable(settings.data_dir)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
     settings.sandbox_config.check_ledger(

@@ -292,7 +292,8 @@ class _Run:
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
             session_id = next((e.session_id for e in self.state.kept.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None:
-                keep_session(settings.data_dir, workspace.data_home, session_id)
+                lost = keep_session(settings.data_dir, workspace.data_home, session_id)
+                self.state.warnings.extend([lost] if lost else [])
             files = await changes(before, plan.workdir, settings.diff_max_bytes, deadline, self.state.warnings)
         finally:  # OpenCode has ended (or was killed): git's control files put back, interrupted or not
             self.state.warnings.extend(git.restore(self.account.run_id))

@@ -10,7 +10,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -389,3 +391,75 @@ def test_ctrl_c_on_a_batch_says_interrupted_without_a_traceback(
     assert cli.returncode == 130, stderr
     assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "opencode-gateway: interrupted"
+
+
+@pytest.fixture
+def small_data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir on a tmpfs of its own, 1 MiB: a disk that fills (root mounts it)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "small-data"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], check=True, timeout=30)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False, timeout=30)
+
+
+def _fill(folder: Path) -> None:
+    """Write until the disk is full (unbuffered: each write that fits is kept)."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for _ in range(4096):  # 1 MiB in 4 KiB writes, with room to spare
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cli_run(upstream: ScriptedUpstream, workdir: Path, data_dir: Path, settings: Settings, tmp_path: Path) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
+         "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", str(settings.opencode_bin),
+         "--ledger", str(tmp_path / "ledger.db"), "Answer"],
+        env={**os.environ, "OPENCODE_GATEWAY_HOME": str(data_dir)}, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+def test_a_data_dir_that_cannot_be_written_is_refused_before_opencode_starts(
+    how: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings, small_data_dir: Path, tmp_path: Path
+) -> None:
+    if how == "full":
+        _fill(small_data_dir)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_data_dir)], check=True, timeout=30)
+    upstream.script(Reply(text="never", usage=usage(100, 5)))
+    result = _cli_run(upstream, workdir, small_data_dir, settings, tmp_path)
+    assert result.returncode == 2, result.stderr
+    reason = "No space left on device" if how == "full" else "Read-only file system"
+    assert result.stderr.strip() == (
+        f"opencode-gateway: error: the data dir {small_data_dir} cannot be written ({reason}): free space there, "
+        "or give another (data_dir in the settings, or $OPENCODE_GATEWAY_HOME)"
+    )
+    assert upstream.requests == []  # no model call was paid for
+
+
+def test_a_disk_that_fills_during_the_run_loses_the_kept_session_not_the_answer(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, small_data_dir: Path, tmp_path: Path
+) -> None:
+    def answer(body: dict[str, Any]) -> Reply:
+        _fill(small_data_dir)  # while OpenCode waits for the answer: the session cannot be kept after it
+        return Reply(text="the answer survives", usage=usage(100, 5))
+
+    upstream.script(answer)
+    result = _cli_run(upstream, workdir, small_data_dir, settings, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "the answer survives"
+    [lost] = [line for line in result.stderr.splitlines() if "could not be kept" in line]
+    assert f"could not be kept under {small_data_dir} (No space left on device): --session cannot" in lost
+    assert not (small_data_dir / "sessions").exists() or not any((small_data_dir / "sessions").rglob("*.db"))
+    [status] = sqlite3.connect(tmp_path / "ledger.db").execute("SELECT stop_reason FROM runs").fetchone()
+    assert status == "done"

@@ -6,7 +6,9 @@ denied, and never ran."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +189,104 @@ def test_code_the_person_approved_cannot_take_over_the_approvals_of_the_rest_of_
     assert not (workdir / "asks-answered-by-the-agent.txt").exists(), "an ask reached the agent's listener"
     answers = [(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)]
     assert answers == [("allow", "policy"), ("deny", "policy"), ("deny", "policy"), ("deny", "policy")]
+
+
+def _attack_cases(workdir: Path) -> dict[str, tuple[dict[str, Any], ToolCall, Path | None]]:
+    """Each attack of the round: the policy it meets, the call the agent makes, and the file that
+    would show it worked."""
+    shell = "git diff ${x:=$'\\x24(id > id.txt)'}${x@P}"
+    arithmetic = "git diff ${y:=$'a[\\x24(id > arith.txt)]'}$[y]"
+    writes = {"rules": {"write": {"src/**": "allow"}}, "default": "deny"}
+    return {
+        "prompt expansion": (
+            {"rules": {"bash": {"git diff *": "allow"}}, "default": "deny"},
+            ToolCall("bash", {"command": shell, "description": "diff"}),
+            workdir / "id.txt",
+        ),
+        "arithmetic": (
+            {"rules": {"bash": {"git diff *": "allow"}}, "default": "deny"},
+            ToolCall("bash", {"command": arithmetic, "description": "diff"}),
+            workdir / "arith.txt",
+        ),
+        "dot-dot": (writes, ToolCall("write", {"filePath": "src/../.envrc", "content": "x"}), workdir / ".envrc"),
+        "absolute dot-dot": (
+            writes,
+            ToolCall("write", {"filePath": f"{workdir}/src/../Makefile", "content": "x"}),
+            workdir / "Makefile",
+        ),
+        "committed link": (
+            writes,
+            ToolCall("write", {"filePath": "src/docs/workflows/pwn.yml", "content": "on: push"}),
+            workdir / ".github" / "workflows" / "pwn.yml",
+        ),
+        "dot slash": (
+            {"rules": {"read": {"secrets/**": "deny"}}, "default": "allow"},
+            ToolCall("read", {"filePath": "./secrets/token.txt"}),
+            None,
+        ),
+        "url": (
+            {"rules": {"webfetch": {"https://*.python.org/*": "allow"}}, "default": "deny"},
+            ToolCall("webfetch", {"url": "https://127.0.0.1:9/.python.org/?leak=2", "format": "text"}),
+            None,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "attack", ["prompt expansion", "arithmetic", "dot-dot", "absolute dot-dot", "committed link", "dot slash", "url"]
+)
+def test_an_allow_rule_is_not_talked_around(
+    attack: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    (workdir / "src").mkdir()
+    (workdir / ".github" / "workflows").mkdir(parents=True)
+    (workdir / "src" / "docs").symlink_to("../.github")
+    (workdir / "secrets").mkdir()
+    (workdir / "secrets" / "token.txt").write_text("s3cret-token\n")
+    policy, call, made = _attack_cases(workdir)[attack]
+    upstream.script(Reply(tool_calls=[call], usage=usage(100, 5)), Reply(text="done", usage=usage(200, 5)))
+    result = run(
+        "Go", model="openai/gpt-4o-mini", api_base=upstream.url, api_key="sk-x", workdir=workdir,
+        approvals=policy, settings=settings.replace(sandbox="none"),  # nothing but the policy stands in the way
+    )  # fmt: skip
+    assert result.ok, result.error
+    answers = [(e.decision, e.by) for e in result.events if isinstance(e, ApprovalAnswered)]
+    assert answers == [("deny", "policy")]
+    assert made is None or not made.exists(), f"{made} was made"
+    told = json.dumps(upstream.requests[-1]["body"]["messages"])
+    assert "s3cret-token" not in told and "denied by the host" in told
+
+
+def test_as_a_plain_user_code_the_person_approved_cannot_take_over_the_approvals_either(
+    plain_user: tuple[str, Path, list[str]], upstream: ScriptedUpstream
+) -> None:
+    """The same attack where bwrap makes a user namespace (no root): OpenCode's memory and
+    environment stay closed to the agent, and the asks still reach the host alone."""
+    user, home, command = plain_user
+    workdir = home / "work"
+    workdir.mkdir()
+    (workdir / "takeover.py").write_text(TAKEOVER)
+    policy = home / "approve.yaml"
+    policy.write_text('rules:\n  bash: {"/usr/bin/python3 takeover.py": allow}\ndefault: deny\n')
+    subprocess.run(["chown", "-R", f"{user}:", str(home)], check=True, timeout=60)
+    upstream.script(
+        Reply(
+            tool_calls=[ToolCall("bash", {"command": "/usr/bin/python3 takeover.py", "description": "t"})],
+            usage=usage(100, 5),
+        ),  # fmt: skip
+        Reply(tool_calls=[ToolCall("bash", {"command": "id > id.txt", "description": "a"})], usage=usage(100, 5)),
+        Reply(text="done", usage=usage(200, 5)),
+    )
+    result = subprocess.run(
+        [*command, "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x",
+         "--workdir", str(workdir), "--ledger", str(home / "ledger.db"), "--sandbox", "bwrap",
+         "--approve", str(policy), "--json", "Run the tests"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    taken = json.loads((workdir / "takeover.out").read_text())
+    assert taken["took_port"] and taken["read"] == {"environ": "Permission denied", "mem": "Permission denied"}
+    assert not (workdir / "id.txt").exists() and not (workdir / "asks-answered-by-the-agent.txt").exists()
+    events = json.loads(result.stdout)["events"]
+    answered = [(e["decision"], e["by"]) for e in events if e["type"] == "approval_answered"]
+    assert answered == [("allow", "policy"), ("deny", "policy")]
