@@ -229,3 +229,12 @@ def test_the_html_report_is_as_private_as_the_ledger(tmp_path: Path) -> None:
     assert cli("report", "--ledger", str(ledger), "--html", str(out)).returncode == 0
     assert out.stat().st_mode & 0o777 == 0o600 == (ledger.stat().st_mode & 0o777)
     assert "<h1>Spend</h1>" in out.read_text()
+
+
+def test_a_policy_naming_a_tool_opencode_does_not_have_is_exit_2_in_one_line(tmp_path: Path) -> None:
+    policy = tmp_path / "approve.yaml"
+    policy.write_text("rules:\n  bassh: deny\ndefault: allow\n")
+    result = cli("run", "-m", "openai/gpt-4o-mini", "--approve", str(policy), "--opencode-bin", "/nonexistent", "hi")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "approvals.rules: 'bassh' is not a tool OpenCode has: use apply_patch, bash" in line

@@ -240,3 +240,13 @@ def test_routes_come_from_the_file_and_the_flags(tmp_path: Path) -> None:
     assert dict(settings_of(args).routes) == {"compaction": "openai/gpt-4.1", "title": "openai/gpt-4o"}
     with pytest.raises(SettingsError, match="--route 'title' is not KEY=VALUE"):
         settings_of(build_parser().parse_args(["run", "-m", "m", "--route", "title", "hi"]))
+
+
+@pytest.mark.parametrize(
+    "attribution",
+    [{"metadata": {"note": "caf\udce9"}}, {"tags": ("t\udce9",)}, {"metadata": {"nested": {"k\udce9": "v"}}}],
+)
+def test_the_python_api_refuses_attribution_that_is_not_utf8(attribution: dict) -> None:
+    """What `run(..., metadata=...)` is given is checked as the flags are: strict UTF-8."""
+    with pytest.raises(SettingsError, match="is not UTF-8 text"):
+        Settings(model="openai/gpt-4o-mini").replace(**attribution).validated()
