@@ -419,7 +419,9 @@ def _fill(folder: Path) -> None:
         os.close(fd)
 
 
-def _cli_run(upstream: ScriptedUpstream, workdir: Path, data_dir: Path, settings: Settings, tmp_path: Path) -> Any:
+def _run_with_data_dir(
+    upstream: ScriptedUpstream, workdir: Path, data_dir: Path, settings: Settings, tmp_path: Path
+) -> Any:
     return subprocess.run(
         [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
          "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", str(settings.opencode_bin),
@@ -437,7 +439,7 @@ def test_a_data_dir_that_cannot_be_written_is_refused_before_opencode_starts(
     else:
         subprocess.run(["mount", "-o", "remount,ro", str(small_data_dir)], check=True, timeout=30)
     upstream.script(Reply(text="never", usage=usage(100, 5)))
-    result = _cli_run(upstream, workdir, small_data_dir, settings, tmp_path)
+    result = _run_with_data_dir(upstream, workdir, small_data_dir, settings, tmp_path)
     assert result.returncode == 2, result.stderr
     reason = "No space left on device" if how == "full" else "Read-only file system"
     assert result.stderr.strip() == (
@@ -455,7 +457,7 @@ def test_a_disk_that_fills_during_the_run_loses_the_kept_session_not_the_answer(
         return Reply(text="the answer survives", usage=usage(100, 5))
 
     upstream.script(answer)
-    result = _cli_run(upstream, workdir, small_data_dir, settings, tmp_path)
+    result = _run_with_data_dir(upstream, workdir, small_data_dir, settings, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "the answer survives"
     [lost] = [line for line in result.stderr.splitlines() if "could not be kept" in line]
