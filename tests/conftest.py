@@ -14,10 +14,12 @@ import respx
 from opencode_gateway.config.sections import default_data_dir
 from opencode_gateway.config.settings import Settings
 from opencode_gateway.opencode.binary import pinned_binary
+from opencode_gateway.opencode.generation import GENERATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 PINNED_OPENCODE = pinned_binary(default_data_dir())  # where scripts/setup installed it
+PINNED_OPENCODE_2 = pinned_binary(default_data_dir(), GENERATIONS[1])  # and OpenCode 2 beside it
 # Kept sessions of test runs never land in the real user's data dir.
 os.environ["OPENCODE_GATEWAY_HOME"] = tempfile.mkdtemp(prefix="opencode-gateway-tests-")
 
@@ -76,6 +78,15 @@ def opencode_bin() -> str:
     candidate = os.environ.get("OPENCODE_BIN") or str(PINNED_OPENCODE)
     if not os.access(candidate, os.X_OK):
         pytest.fail(f"no opencode binary at {candidate}: run scripts/setup (or set OPENCODE_BIN)")
+    return candidate
+
+
+@pytest.fixture(scope="session")
+def opencode2_bin() -> str:
+    """The real OpenCode 2 binary (npm @opencode/cli), which scripts/setup installs beside 1.18."""
+    candidate = os.environ.get("OPENCODE2_BIN") or str(PINNED_OPENCODE_2)
+    if not os.access(candidate, os.X_OK):
+        pytest.fail(f"no OpenCode 2 binary at {candidate}: run scripts/setup (or set OPENCODE2_BIN)")
     return candidate
 
 

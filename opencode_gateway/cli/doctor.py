@@ -34,12 +34,17 @@ class Check:
 
 def _opencode(settings: Settings) -> Check:
     from ..opencode.binary import find_opencode, opencode_version
+    from ..opencode.generation import generation_of
 
     try:
         binary = find_opencode(settings.opencode_bin, settings.data_dir)
     except GatewayError as exc:
         return Check("opencode", False, str(exc))
-    return Check("opencode", True, f"OpenCode {opencode_version(binary)} at {binary}")  # cached by find_opencode
+    version = opencode_version(binary)  # cached by find_opencode
+    generation = generation_of(version)
+    return Check(
+        "opencode", True, f"OpenCode {version} (generation {generation.number if generation else '?'}) at {binary}"
+    )
 
 
 def _ripgrep(settings: Settings) -> Check:

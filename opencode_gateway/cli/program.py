@@ -21,6 +21,7 @@ from ..credentials import refuse_inspection
 from ..errors import GatewayError, SettingsError
 from ..opencode.binary import SUPPORTED
 from ..opencode.config import OPENCODE_VERSION
+from ..opencode.generation import GENERATIONS
 from ..opencode.sandbox import SANDBOX_KINDS
 from ..terminal import shown
 from .commands import (
@@ -179,7 +180,8 @@ def _install_opencode_command(commands: argparse._SubParsersAction[Parser]) -> N
         "--version",
         default=OPENCODE_VERSION,
         metavar="V",
-        help=f"the opencode-ai version (default: {OPENCODE_VERSION}; supported: {SUPPORTED})",
+        help=f"the OpenCode version (default: {OPENCODE_VERSION}; runs take {SUPPORTED}; "
+        f"{', '.join(f'{g.supported} from npm {g.package}' for g in GENERATIONS)})",
     )
     install.add_argument("--config", metavar="FILE", help="settings file (for its data_dir)")
     install.set_defaults(handler=_cmd_install_opencode)

@@ -4,7 +4,8 @@ Lookup order: the flag or setting (`--opencode-bin`), `$OPENCODE_BIN`, the pinne
 data dir (`opencode-gateway install-opencode`), `opencode` on PATH. Whatever is found must answer
 `--version` with a supported version: a run on another program (or an OpenCode whose events and
 config keys differ) would "succeed" with nothing done. The answer is cached by path and mtime, so
-the check costs one process start per binary, not one per run.
+the check costs one process start per binary, not one per run. Which generation a version is,
+and whether it runs, is generation.py's.
 """
 
 from __future__ import annotations
@@ -12,30 +13,31 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 from ..errors import OpenCodeNotFound
-from .config import OPENCODE_VERSION
+from .generation import GENERATIONS, Generation, generation_of, version_of
 
 __all__ = ["SUPPORTED", "find_opencode", "install_opencode", "opencode_version", "pinned_binary", "supported"]
 
-SUPPORTED = "1.18.x"  # the versions the suite runs against (it pins OPENCODE_VERSION)
+RUNNING = tuple(generation for generation in GENERATIONS if generation.runs)
+SUPPORTED = " or ".join(generation.supported for generation in RUNNING)  # what a run takes
 INSTALL = "run `opencode-gateway install-opencode`"
 INSTALL_HINT = f"{INSTALL}, or point --opencode-bin / OPENCODE_BIN at an OpenCode {SUPPORTED}"
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)\S*$")
 _VERSION_TIMEOUT_S = 30.0
 
 
 def supported(version: str) -> bool:
-    match = _VERSION.match(version)
-    return match is not None and (int(match[1]), int(match[2])) == (1, 18)
+    """Whether a run takes an OpenCode of `version`."""
+    generation = generation_of(version)
+    return generation is not None and generation.runs
 
 
-def pinned_binary(data_dir: Path) -> Path:
-    return data_dir / "opencode" / "node_modules" / ".bin" / "opencode"
+def pinned_binary(data_dir: Path, generation: Generation = RUNNING[0]) -> Path:
+    """Where install-opencode puts a generation's binary under the data dir."""
+    return data_dir / generation.folder / "node_modules" / ".bin" / "opencode"
 
 
 def _cache_file() -> Path:
@@ -59,10 +61,10 @@ def opencode_version(binary: str) -> str:
         done = subprocess.run(
             [binary, "--version"], capture_output=True, text=True, timeout=_VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL
         )
-        version = done.stdout.strip().splitlines()[0].strip()[:60] if done.stdout.strip() else ""
+        version = version_of(done.stdout.strip().splitlines()[0][:60]) if done.stdout.strip() else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise OpenCodeNotFound(f"cannot run {binary} --version ({exc}): {INSTALL_HINT}") from None
-    if supported(version):  # only a good answer is kept: a fixed binary is checked again
+    if generation_of(version) is not None:  # only a good answer is kept: a fixed binary is checked again
         cache[binary] = [key, version]
         with contextlib.suppress(OSError):
             cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -74,11 +76,19 @@ def opencode_version(binary: str) -> str:
 
 def _checked(binary: str) -> str:
     version = opencode_version(binary)
-    if not supported(version):
+    generation = generation_of(version)
+    if generation is None:
         found = f"version {version!r}" if version else "no version"
         raise OpenCodeNotFound(
             f"{binary} is not a supported OpenCode: `--version` gave {found}, opencode-gateway "
             f"supports {SUPPORTED}; {INSTALL}"
+        )
+    if not generation.runs:
+        pinned = RUNNING[0].pinned
+        raise OpenCodeNotFound(
+            f"{binary} is OpenCode {version} (generation {generation.number}): {generation.why_not} in this "
+            f"opencode-gateway; install OpenCode {pinned} beside it (`opencode-gateway install-opencode`: "
+            f"a run finds it before one on PATH), or point --opencode-bin / OPENCODE_BIN at an OpenCode {SUPPORTED}"
         )
     return binary
 
@@ -105,12 +115,15 @@ def find_opencode(explicit: str | None, data_dir: Path) -> str:
     return _checked(found)
 
 
-def install_opencode(data_dir: Path, version: str = OPENCODE_VERSION) -> Path:
-    """Install `opencode-ai@version` with npm into the data dir (nothing when it is already
-    there); returns the binary."""
-    if not _VERSION.match(version):
-        raise OpenCodeNotFound(f"--version {version!r} is not a version such as {OPENCODE_VERSION}")
-    binary = pinned_binary(data_dir)
+def install_opencode(data_dir: Path, version: str = RUNNING[0].pinned) -> Path:
+    """Install OpenCode `version` with npm into the data dir, from its generation's package
+    (`opencode-ai` for 1.18, `@opencode/cli` for 2.x), each generation in a folder of its own
+    (nothing when it is already there); returns the binary."""
+    generation = generation_of(version)
+    if generation is None:
+        known = ", ".join(f"{g.supported} (e.g. {g.pinned})" for g in GENERATIONS)
+        raise OpenCodeNotFound(f"--version {version!r} is not an OpenCode version this installs: {known}")
+    binary = pinned_binary(data_dir, generation)
     if os.access(binary, os.X_OK) and opencode_version(str(binary)) == version:
         return binary
     npm = shutil.which("npm")
@@ -130,12 +143,12 @@ def install_opencode(data_dir: Path, version: str = OPENCODE_VERSION) -> Path:
             "--no-audit",
             "--no-fund",
             "--loglevel=error",
-            f"opencode-ai@{version}",
+            f"{generation.package}@{version}",
         ],
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise OpenCodeNotFound(f"npm could not install opencode-ai@{version} into {prefix}: {last}")
+        raise OpenCodeNotFound(f"npm could not install {generation.package}@{version} into {prefix}: {last}")
     return binary

@@ -17,6 +17,7 @@ from typing import Any
 from ..accounting.price_map import context_window
 from ..accounting.pricing import Price, per_million
 from ..errors import ConfigConflict, SettingsError
+from .generation import GENERATIONS
 
 __all__ = [
     "PERMISSION_MODES",
@@ -37,7 +38,7 @@ __all__ = [
 
 PROVIDER_ID = "litellm"
 PERMISSION_MODES = ("read-only", "edit", "full")
-OPENCODE_VERSION = "1.18.33"
+OPENCODE_VERSION = GENERATIONS[0].pinned  # 1.18: the version its plugin package stub says
 
 # Normalised tool name -> the OpenCode permission keys that switch it off. OpenCode 1.18 gates
 # write, edit and patch with one permission (`edit`), so turning off either turns off both.

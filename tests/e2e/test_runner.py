@@ -671,3 +671,17 @@ def test_an_mcp_server_that_cannot_start_is_an_error_before_the_run_or_a_warning
     )
     assert result.ok and result.text == "Hello."
     assert any("mcp server 'lookup' offered no tools" in warning for warning in result.warnings)
+
+
+def test_a_run_on_opencode_2_is_refused_before_it_starts_in_one_line(
+    opencode2_bin: str, upstream: ScriptedUpstream, workdir: Path, tmp_path: Path
+) -> None:
+    cli = subprocess.run(
+        [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
+         "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", opencode2_bin,
+         "--ledger", str(tmp_path / "ledger.db"), "Hi"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
+    assert f"{opencode2_bin} is OpenCode 2.1.2 (generation 2)" in cli.stderr
+    assert upstream.requests == []

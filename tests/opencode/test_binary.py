@@ -14,6 +14,7 @@ from opencode_gateway.opencode.binary import (
     pinned_binary,
     supported,
 )
+from opencode_gateway.opencode.generation import GENERATIONS
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +34,10 @@ def fake(path: Path, version: str) -> Path:
 
 def calls(path: Path) -> int:
     return len(Path(f"{path}.calls").read_text().splitlines()) if Path(f"{path}.calls").exists() else 0
+
+
+def test_supported_versions_are_1_18_and_2x_is_known_but_not_run() -> None:
+    assert not supported("2.1.2") and not supported("opencode v2.1.2")
 
 
 def test_supported_versions_are_1_18() -> None:
@@ -87,8 +92,34 @@ def test_the_version_is_asked_once_per_binary_until_the_file_changes(tmp_path: P
 
 
 def test_install_refuses_a_version_that_is_not_one(tmp_path: Path) -> None:
-    with pytest.raises(OpenCodeNotFound, match="'latest' is not a version"):
+    with pytest.raises(OpenCodeNotFound, match="'latest' is not an OpenCode version this installs: 1.18.x"):
         install_opencode(tmp_path, "latest")
+    with pytest.raises(OpenCodeNotFound, match=r"'1.17.0' is not .*2.1.x \(e.g. 2.1.2\)"):
+        install_opencode(tmp_path, "1.17.0")
+
+
+def test_each_generation_is_installed_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    first, second = (
+        fake(pinned_binary(tmp_path), "1.18.33"),
+        fake(pinned_binary(tmp_path, GENERATIONS[1]), "opencode v2.1.2"),
+    )
+    assert first != second and second.parts[-4] == "opencode2"
+    assert install_opencode(tmp_path, "1.18.33") == first  # both there: npm (not on this PATH) not needed
+    assert install_opencode(tmp_path, "2.1.2") == second
+
+
+def test_a_2x_binary_is_told_apart_and_refused_in_one_line_naming_the_way_to_1_18(tmp_path: Path) -> None:
+    """OpenCode 2's installer replaces 1.x: whoever has it is told what to do, not that it is no OpenCode."""
+    second = fake(tmp_path / "v2" / "opencode", "opencode v2.1.2")
+    with pytest.raises(OpenCodeNotFound) as caught:
+        find_opencode(str(second), tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{second} is OpenCode 2.1.2 (generation 2): runs on OpenCode 2")
+    assert "opencode-gateway install-opencode" in message and "\n" not in message
+    assert calls(second) == 1
+    with pytest.raises(OpenCodeNotFound):
+        find_opencode(str(second), tmp_path)
+    assert calls(second) == 1  # a version of a known generation is cached like a supported one
 
 
 def test_install_is_a_no_op_when_the_pinned_version_is_there(tmp_path: Path) -> None:
