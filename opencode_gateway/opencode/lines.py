@@ -4,6 +4,11 @@ OpenCode 1.18 prints six event types (step_start, text, reasoning, tool_use, ste
 a `tool_use` line arrives only once the tool has finished, so it becomes a ToolCall followed by its
 ToolResult. Tool names are normalised (`list` is `ls`, `webfetch` is `web_search`, ...) with the
 native name kept beside them.
+
+OpenCode 2 prints the same six types with other shapes, which the line itself tells apart: a
+`tool_use` part's call id is its `id` (its own id is `partID`), its tools are renamed (`shell`,
+`subagent`), and an error is `{type, message, status}` (1.18: `{name, data: {message,
+statusCode}}`). Both parse to the same events.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ _TOOL_NAMES = {
     "patch": "edit",
     "multiedit": "edit",
     "apply_patch": "edit",
+    "shell": "bash",  # OpenCode 2's names
+    "subagent": "task",
 }
 
 
@@ -126,7 +133,9 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
     tool_input = _mapping(state.get("input"))
     if native == "invalid":  # OpenCode's stand-in when the model called a tool it was not offered
         native = str(tool_input.get("tool") or native)
-    tool, call_id = normalize_tool(native), str(part.get("callID", ""))
+    # 1.18: `callID` (the part's own id is `id`); 2.x: `id`, the part's own id being `partID`
+    call_id = part.get("callID") if "callID" in part else part.get("id") if "partID" in part else ""
+    tool, call_id = normalize_tool(native), str(call_id or "")
     is_error = state.get("status") == "error" or part.get("tool") == "invalid"
     output = state.get("error") if state.get("status") == "error" else state.get("output")
     if part.get("tool") == "invalid" and not output:
@@ -154,14 +163,16 @@ def _seconds(milliseconds: Any) -> float | None:
 
 
 def _error_event(session_id: str | None, error: Any) -> Error:
+    """1.18's `{name, data: {message, statusCode}}` or 2.x's `{type, message, status}`."""
     error = _mapping(error)
     data = _mapping(error.get("data"))
-    status = data.get("statusCode")
+    status = data.get("statusCode", error.get("status"))
+    name = error.get("name") or error.get("type") or "UnknownError"
     return Error(
         session_id,
-        name=str(error.get("name", "UnknownError")),
-        message=str(data.get("message") or error.get("message") or error.get("name") or "unknown error"),
-        status_code=status if isinstance(status, int) else None,
+        name=str(name),
+        message=str(data.get("message") or error.get("message") or name or "unknown error"),
+        status_code=status if isinstance(status, int) and not isinstance(status, bool) else None,
     )
 
 

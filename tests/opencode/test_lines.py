@@ -125,3 +125,48 @@ def test_samples_exist() -> None:
 def test_a_tool_result_carries_when_opencode_ran_it() -> None:
     [result] = [e for e in events("tool_bash") if isinstance(e, ToolResult)]
     assert result.started_at == 1796207008.955 and result.ended_at == 1796207009.45
+
+
+SAMPLES_2 = SAMPLES.parent / "opencode2-samples"  # recorded from OpenCode 2.1.2's `run --standalone --format json`
+
+
+def events_2(name: str) -> list[Event]:
+    lines = (SAMPLES_2 / f"{name}.jsonl").read_text().splitlines()
+    return [event for line in lines for event in parse_line(line)]
+
+
+def test_opencode_2_lines_parse_to_the_same_events() -> None:
+    """2.x's shapes: the call id is the part's `id`, tools are renamed, and the final step of a run
+    usually comes with no step_start or step_finish (the endpoint's records are the usage)."""
+    parsed = events_2("tool_glob_grep")
+    calls = [e for e in parsed if isinstance(e, ToolCall)]
+    assert [(c.call_id, c.tool, c.native_tool) for c in calls] == [
+        ("call_61901_0", "glob", "glob"),
+        ("call_61902_0", "grep", "grep"),
+    ]
+    results = [e for e in parsed if isinstance(e, ToolResult)]
+    assert [r.call_id for r in results] == [c.call_id for c in calls] and not any(r.is_error for r in results)
+    assert results[0].output.endswith("a.txt")
+    assert [type(e) for e in parsed][-2:] == [StepFinish, Text]  # the last step: its text alone
+    [text] = events_2("text")
+    assert isinstance(text, Text) and text.text and text.session_id and text.session_id.startswith("ses_")
+
+
+def test_opencode_2_tools_are_normalised_to_the_names_policies_and_modes_use() -> None:
+    denied = [e for e in events_2("permission_pattern_deny") if isinstance(e, ToolResult)]
+    assert [(e.tool, e.native_tool, e.is_error, e.output) for e in denied] == [
+        ("bash", "shell", True, "Permission denied: shell")
+    ]
+    assert normalize_tool("shell") == "bash" and normalize_tool("subagent") == "task"
+    [missing] = [e for e in events_2("tool_nonexistent") if isinstance(e, ToolResult)]
+    assert missing.native_tool == "frobnicate" and missing.is_error and "No tool named" in missing.output
+
+
+def test_opencode_2_errors_keep_their_type_status_and_message() -> None:
+    [auth] = events_2("error_401")
+    assert isinstance(auth, Error)
+    assert (auth.name, auth.status_code, auth.message) == ("provider.auth", 401, "Invalid API key")
+    limited = [e for e in events_2("error_429_persistent") if isinstance(e, Error)]
+    assert limited and all((e.name, e.status_code) == ("provider.rate-limit", 429) for e in limited)
+    [route] = events_2("error_unknown_model")
+    assert isinstance(route, Error) and route.name == "provider.no-route" and route.status_code is None
