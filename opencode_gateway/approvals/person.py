@@ -45,7 +45,7 @@ def always_rule(request: ApprovalRequest) -> Rule:
     subject = request.subject
     if not subject:
         return Rule(request.tool, None, "allow")
-    if request.tool == "bash":
+    if request.tool in ("bash", "shell"):  # OpenCode 2 calls it shell
         return Rule("bash", f"{subject.split()[0]} *", "allow")
     if request.tool in ("read", "edit", "write", "patch", "multiedit", "list"):
         folder = PurePosixPath(subject).parent

@@ -60,6 +60,7 @@ ANSWERS: tuple[Answer, ...] = ("allow", "deny", "ask")
 # the call does. A tool not here is decided by its rules without a pattern (`webfetch: deny`).
 _SUBJECTS = {
     "bash": "command",
+    "shell": "command",  # OpenCode 2's bash
     "read": "filePath",
     "edit": "filePath",
     "write": "filePath",
@@ -73,9 +74,23 @@ _SUBJECTS = {
 _PATHS = {"filePath", "path"}
 # OpenCode's own tools (1.18's names; a policy may name any of them, `*`, or an MCP server's tool
 # as `<server>_<tool>`): a misspelt tool would otherwise be a rule that never matches.
+# OpenCode 2's names for 1.18's tools: a rule may use either spelling, and takes the calls of both.
+_SPELLINGS = {"shell": "bash", "subagent": "task"}
 NATIVE_TOOLS = frozenset(
-    {*_SUBJECTS, "apply_patch", "codesearch", "lsp", "question", "skill", "task", "todoread", "todowrite", "websearch"}
+    {
+        *_SUBJECTS,
+        *_SPELLINGS,
+        *("apply_patch", "codesearch", "execute", "lsp", "question", "skill", "task", "todoread", "todowrite"),
+        "websearch",
+    }
 )
+
+
+def _tool(name: str) -> str:
+    """A tool's name in one spelling (1.18's), whichever generation wrote it."""
+    return _SPELLINGS.get(name, name)
+
+
 # What chains one shell command to another (or runs one inside): deny and ask rules look at each part.
 _CHAINS = re.compile(r"\|\||&&|[;|\n`]|(?<![<>])&(?!>)|\$\(|<\(|>\(")  # not 2>&1, &> (redirections)
 # A command the shell runs word for word: unquoted characters that mean nothing to it, single
@@ -121,10 +136,17 @@ class ApprovalRequest:
         return cls(tool, arguments, subject, aliases=aliases, **ids)
 
 
-def _path_arg(tool: str, arguments: Mapping[str, Any]) -> str | None:
+def _argument(tool: str, arguments: Mapping[str, Any]) -> str | None:
+    """The argument a rule's pattern matches (OpenCode 2 names a file `path`, 1.18 `filePath`)."""
     key = _SUBJECTS.get(tool)
-    value = arguments.get(key) if key in _PATHS else None
+    value = arguments.get(key) if key else None
+    if value is None and key == "filePath":
+        value = arguments.get("path")
     return value if isinstance(value, str) else None
+
+
+def _path_arg(tool: str, arguments: Mapping[str, Any]) -> str | None:
+    return _argument(tool, arguments) if _SUBJECTS.get(tool) in _PATHS else None
 
 
 def _relative(path: str, root: str) -> str:
@@ -138,9 +160,7 @@ def subject_of(tool: str, arguments: Mapping[str, Any], workdir: str | None = No
     path = _path_arg(tool, arguments)
     if path is not None and workdir:
         return _relative(posixpath.normpath(posixpath.join(workdir, path)), posixpath.normpath(workdir))
-    key = _SUBJECTS.get(tool)
-    value = arguments.get(key) if key else None
-    return value if isinstance(value, str) else None
+    return _argument(tool, arguments)
 
 
 def _resolved(tool: str, arguments: Mapping[str, Any], workdir: str | None) -> str | None:
@@ -200,7 +220,7 @@ class Rule:
     answer: Answer
 
     def matches(self, request: ApprovalRequest) -> bool:
-        if self.tool not in (request.tool, "*"):
+        if _tool(self.tool) not in (_tool(request.tool), "*"):
             return False
         if self.pattern is None:
             return True
@@ -208,7 +228,7 @@ class Rule:
             return False
         if request.tool == "webfetch":
             return _url_matches(self.pattern, request.subject)
-        if request.tool == "bash":
+        if _tool(request.tool) == "bash":
             return self._matches_command(request.subject)
         pattern = _compiled(self.pattern, _SUBJECTS.get(request.tool) in _PATHS)
         spellings = [request.subject, *request.aliases]

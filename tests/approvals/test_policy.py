@@ -188,3 +188,18 @@ def test_a_rule_naming_a_tool_opencode_does_not_have_is_refused() -> None:
     parse_policy({"rules": {"github_create_issue": "deny"}}).check_tools(["github"])  # an MCP server's tool
     with pytest.raises(SettingsError, match="<server>_<tool> for an MCP server's \\(github\\)"):
         parse_policy({"rules": {"gitlab_x": "deny"}}).check_tools(["github"])
+
+
+def test_a_rule_takes_both_generations_spelling_of_a_tool_and_its_arguments(tmp_path: Path) -> None:
+    """OpenCode 2 calls bash `shell` and a file `path` (1.18: `filePath`): a policy written with
+    either name decides the calls of both."""
+    for spelling in ("bash", "shell"):
+        policy = parse_policy({"rules": {spelling: {"git *": "allow", "rm *": "deny"}}, "default": "ask"})
+        policy.check_tools()
+        for tool in ("bash", "shell"):
+            assert policy.answer(ApprovalRequest.of(tool, {"command": "git status"}, "/w"))[0] == "allow"
+            assert policy.answer(ApprovalRequest.of(tool, {"command": "rm -rf x"}, "/w"))[0] == "deny"
+    writes = parse_policy({"rules": {"write": {"src/**": "allow"}}, "default": "deny"})
+    assert writes.answer(ApprovalRequest.of("write", {"path": "src/a.py"}, str(tmp_path)))[0] == "allow"
+    assert writes.answer(ApprovalRequest.of("write", {"path": "src/../.envrc"}, str(tmp_path)))[0] == "deny"
+    parse_policy({"rules": {"subagent": "deny", "execute": "deny"}}).check_tools()
