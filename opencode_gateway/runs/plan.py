@@ -140,12 +140,12 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         raise SettingsError(f"opencode must be a stand-in such as RecordedOpenCode, not {type(stand_in).__name__}")
     session_id = options.get("session_id")
     resumed_store = _check_session(settings, session_id, cwd)
-    check_writable(settings.data_dir)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
     settings.sandbox_config.check_ledger(
         settings.ledger_location.path, workdir=cwd, data_dir=settings.data_dir, confinement=confinement
     )
+    check_writable(settings.data_dir)  # the last check: the first to write anything
     return Plan(
         settings=settings,
         prompt=prompt + (spec.prompt_suffix() if spec else ""),
