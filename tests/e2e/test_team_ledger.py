@@ -141,7 +141,7 @@ def test_every_file_libpq_reads_for_the_ledger_is_hidden_from_the_agent_even_in_
     )  # fmt: skip
     assert result.ok, result.error
     [output] = [e.output for e in result.events if isinstance(e, ToolResult)]
-    assert output.strip().endswith("end") and PASSWORD not in output, output
+    assert "end" in output.splitlines() and PASSWORD not in output, output  # the command ran, and saw no password
     assert PASSWORD in passfile.read_text() and PASSWORD in service.read_text()  # hidden, not touched
     [row] = select(LedgerLocation.of(url, tmp_path), "SELECT run_id FROM runs")
     assert row[0] == result.run_id
