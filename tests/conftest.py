@@ -72,22 +72,25 @@ def hostile_upstream(_second_server: ScriptedUpstream) -> ScriptedUpstream:
     return _second_server
 
 
+def _installed(variable: str, pinned: Path) -> str:
+    """A real OpenCode binary: `$variable`, else where scripts/setup installed it. Missing is a
+    failure, not a skip: scripts/setup installs it."""
+    candidate = os.environ.get(variable) or str(pinned)
+    if not os.access(candidate, os.X_OK):
+        pytest.fail(f"no opencode binary at {candidate}: run scripts/setup (or set {variable})")
+    return candidate
+
+
 @pytest.fixture(scope="session")
 def opencode_bin() -> str:
-    """The real opencode binary. Missing is a failure, not a skip: scripts/setup installs it."""
-    candidate = os.environ.get("OPENCODE_BIN") or str(PINNED_OPENCODE)
-    if not os.access(candidate, os.X_OK):
-        pytest.fail(f"no opencode binary at {candidate}: run scripts/setup (or set OPENCODE_BIN)")
-    return candidate
+    """The real OpenCode 1.18 binary."""
+    return _installed("OPENCODE_BIN", PINNED_OPENCODE)
 
 
 @pytest.fixture(scope="session")
 def opencode2_bin() -> str:
     """The real OpenCode 2 binary (npm @opencode/cli), which scripts/setup installs beside 1.18."""
-    candidate = os.environ.get("OPENCODE2_BIN") or str(PINNED_OPENCODE_2)
-    if not os.access(candidate, os.X_OK):
-        pytest.fail(f"no OpenCode 2 binary at {candidate}: run scripts/setup (or set OPENCODE2_BIN)")
-    return candidate
+    return _installed("OPENCODE2_BIN", PINNED_OPENCODE_2)
 
 
 @pytest.fixture
