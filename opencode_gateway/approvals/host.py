@@ -118,14 +118,12 @@ class Approvals:
             if self._said_hello.is_set():  # the plugin said it first: whoever asks again is not it
                 return _json({"error": "this run's approval plugin has already said hello"}, 403)
             try:
-                sealed = json.loads(await request.body()).get("sealed") is True
+                self._unsealed = json.loads(await request.body()).get("sealed") is not True
             except (ValueError, AttributeError):
-                sealed = False
-            if not sealed:
                 self._unsealed = True
-                self._said_hello.set()
+            self._said_hello.set()  # once, sealed or not: no second hello is heard
+            if self._unsealed:
                 return _json({"error": "OpenCode's memory could not be sealed: its approvals cannot be trusted"}, 403)
-            self._said_hello.set()
             return _json({"key": self._key})
 
         async def ask(request: Request) -> Response:

@@ -60,7 +60,6 @@ ANSWERS: tuple[Answer, ...] = ("allow", "deny", "ask")
 # the call does. A tool not here is decided by its rules without a pattern (`webfetch: deny`).
 _SUBJECTS = {
     "bash": "command",
-    "shell": "command",  # OpenCode 2's bash
     "read": "filePath",
     "edit": "filePath",
     "write": "filePath",
@@ -72,10 +71,10 @@ _SUBJECTS = {
     "webfetch": "url",
 }
 _PATHS = {"filePath", "path"}
-# OpenCode's own tools (1.18's names; a policy may name any of them, `*`, or an MCP server's tool
-# as `<server>_<tool>`): a misspelt tool would otherwise be a rule that never matches.
 # OpenCode 2's names for 1.18's tools: a rule may use either spelling, and takes the calls of both.
 _SPELLINGS = {"shell": "bash", "subagent": "task"}
+# OpenCode's own tools, in both generations' spellings (a policy may name any of them, `*`, or an
+# MCP server's tool as `<server>_<tool>`): a misspelt tool would otherwise be a rule that never matches.
 NATIVE_TOOLS = frozenset(
     {
         *_SUBJECTS,
@@ -138,7 +137,7 @@ class ApprovalRequest:
 
 def _argument(tool: str, arguments: Mapping[str, Any]) -> str | None:
     """The argument a rule's pattern matches (OpenCode 2 names a file `path`, 1.18 `filePath`)."""
-    key = _SUBJECTS.get(tool)
+    key = _SUBJECTS.get(_tool(tool))
     value = arguments.get(key) if key else None
     if value is None and key == "filePath":
         value = arguments.get("path")
@@ -146,7 +145,7 @@ def _argument(tool: str, arguments: Mapping[str, Any]) -> str | None:
 
 
 def _path_arg(tool: str, arguments: Mapping[str, Any]) -> str | None:
-    return _argument(tool, arguments) if _SUBJECTS.get(tool) in _PATHS else None
+    return _argument(tool, arguments) if _SUBJECTS.get(_tool(tool)) in _PATHS else None
 
 
 def _relative(path: str, root: str) -> str:
@@ -230,7 +229,7 @@ class Rule:
             return _url_matches(self.pattern, request.subject)
         if _tool(request.tool) == "bash":
             return self._matches_command(request.subject)
-        pattern = _compiled(self.pattern, _SUBJECTS.get(request.tool) in _PATHS)
+        pattern = _compiled(self.pattern, _SUBJECTS.get(_tool(request.tool)) in _PATHS)
         spellings = [request.subject, *request.aliases]
         found = [pattern.fullmatch(spelling) is not None for spelling in spellings]
         return all(found) if self.answer == "allow" else any(found)
@@ -305,7 +304,7 @@ def _tool_rules(tool: Any, answers: Any, where: str) -> list[Rule]:
     for pattern, answer in answers.items():
         if not isinstance(pattern, str) or not pattern:
             raise SettingsError(f"{where}.{tool}: {pattern!r} is not a pattern")
-        if tool != "*" and tool not in _SUBJECTS:
+        if tool != "*" and _tool(tool) not in _SUBJECTS:
             raise SettingsError(
                 f"{where}.{tool}[{pattern!r}]: {tool} calls have no subject to match; "
                 f"use `{tool}: allow|deny|ask` (patterns work for {', '.join(_SUBJECTS)})"

@@ -16,7 +16,7 @@ from ...errors import LedgerConfigError, LedgerError, LedgerUnavailable, Setting
 from .dialect import POSTGRES, SQLITE, Dialect
 from .location import INSTALL, LedgerLocation
 
-__all__ = ["storable", "Database", "open_postgres", "open_sqlite", "postgres_error", "sqlite_error"]
+__all__ = ["Database", "open_postgres", "open_sqlite", "postgres_error", "sqlite_error"]
 
 # libpq's words for a server that answered and refused: a configuration to fix, not an outage
 _REFUSALS = ("password authentication failed", "does not exist", "no password supplied", "pg_hba.conf", "permission")
@@ -49,16 +49,15 @@ _LONE_ESCAPE = re.compile(
 )
 
 
-def storable(parameters: Sequence[Any]) -> tuple[Any, ...]:
+def _storable(parameters: Sequence[Any]) -> tuple[Any, ...]:
     """Parameters as both databases take them: a text that is not UTF-8 (a lone surrogate, from a
     byte that was not UTF-8 in argv, or a `\\udXXX` escape in JSON the agent wrote) has U+FFFD in
     its place, and a JSON escape of one too. Stored as it came, it would fail its own insert (SQLite)
     or every later query that reads it as JSON (Postgres), reports and budgets included."""
-    return tuple(_storable(value) if isinstance(value, str) else value for value in parameters)
-
-
-def _storable(text: str) -> str:
-    return _LONE_ESCAPE.sub(r"\\ufffd", _SURROGATE.sub("\ufffd", text))
+    return tuple(
+        _LONE_ESCAPE.sub(r"\\ufffd", _SURROGATE.sub("\ufffd", value)) if isinstance(value, str) else value
+        for value in parameters
+    )
 
 
 class Database:
@@ -74,15 +73,15 @@ class Database:
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         with self._errors():
-            return self.connection.execute(self._sql(sql), storable(parameters))
+            return self.connection.execute(self._sql(sql), _storable(parameters))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with self._errors():
             if self.dialect is SQLITE:
-                self.connection.executemany(sql, map(storable, rows))
+                self.connection.executemany(sql, map(_storable, rows))
             else:
                 with self.connection.cursor() as cursor:
-                    cursor.executemany(self._sql(sql), [storable(row) for row in rows])
+                    cursor.executemany(self._sql(sql), [_storable(row) for row in rows])
 
     @contextlib.contextmanager
     def transaction(self, locks: Iterable[str] = ()) -> Iterator[None]:

@@ -10,6 +10,7 @@ takes is refused: taken as a path, it would be a SQLite file named after the pas
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -64,7 +65,7 @@ class LedgerLocation:
             raise SettingsError(f"ledger {mask(text)}: the port is not a number") from None
         if not parts.path.strip("/"):
             raise SettingsError(f"ledger {mask(text)} names no database: add /DBNAME (postgresql://user@host/spend)")
-        digest = hashlib.sha256(_without_passwords(text).encode()).hexdigest()
+        digest = hashlib.sha256(_hiding_passwords(text, None).encode()).hexdigest()
         return cls(url=text, spool=data_dir / "spool" / f"ledger-{digest[:16]}.db")
 
     @property
@@ -129,20 +130,11 @@ def _hiding_passwords(url: str, shown: str | None) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=joined if parts.query else ""))
 
 
-def _without_passwords(url: str) -> str:
-    return _hiding_passwords(url, None)
-
-
 def mask(url: str) -> str:
-    """`url` with every password as `***`; a value that is not a URL with each `password=...` masked."""
-    if not url.startswith(_SCHEMES):
-        return re.sub(r"(?i)((?:ssl)?password=)[^\s&]*", r"\1***", _hiding_colon_password(url))
-    try:
-        return _hiding_passwords(url, "***")
-    except ValueError:
-        return re.sub(r"(?i)((?:ssl)?password=)[^\s&]*", r"\1***", _hiding_colon_password(url))
-
-
-def _hiding_colon_password(text: str) -> str:
-    """`user:password@` in a malformed URL, masked."""
-    return re.sub(r"([^:/@\s]+):[^@/\s]*@", r"\1:***@", text)
+    """`url` with every password as `***`; a value that is not a URL with each `user:password@`
+    and `password=...` masked."""
+    if url.startswith(_SCHEMES):
+        with contextlib.suppress(ValueError):
+            return _hiding_passwords(url, "***")
+    masked = re.sub(r"([^:/@\s]+):[^@/\s]*@", r"\1:***@", url)
+    return re.sub(r"(?i)((?:ssl)?password=)[^\s&]*", r"\1***", masked)

@@ -194,9 +194,11 @@ class Ledger:
 
         def done(asked: Future[tuple[Verdict] | None]) -> None:
             answered = asked.result()  # None: the query failed (the failure is kept), not a "go"
+            if answered is not None:
+                decided.set_result(answered[0])
+                return
             failure = one_line(str(self._db.failure or "no answer"))
-            refused = Refusal("budget", f"the period budgets could not be counted in the ledger: {failure}")
-            decided.set_result(refused if answered is None else answered[0])
+            decided.set_result(Refusal("budget", f"the period budgets could not be counted in the ledger: {failure}"))
 
         self._submit(lambda db: (_hold(db, claim),)).add_done_callback(done)
         return decided
