@@ -108,10 +108,14 @@ for part in ("environ", "mem"):
         tried[part] = error.strerror
 for pid in found["socats"]:
     os.kill(pid, signal.SIGKILL)
-time.sleep(0.2)
 listener = socket.socket()
 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", found["port"]))
+for _ in range(600):  # the port is free once the killed socats are gone: up to 30 s on a busy machine
+    try:
+        listener.bind(("127.0.0.1", found["port"]))
+        break
+    except OSError:
+        time.sleep(0.05)
 listener.listen(16)
 with open("takeover.out", "w") as out:
     json.dump({"took_port": True, "read": tried}, out)
