@@ -118,7 +118,7 @@ for _ in range(600):  # the port is free once the killed socats are gone: up to 
         time.sleep(0.05)
 listener.listen(16)
 with open("takeover.out", "w") as out:
-    json.dump({"took_port": True, "read": tried}, out)
+    json.dump({"took_port": listener.getsockname()[1] == found["port"], "read": tried}, out)
 if os.fork():
     sys.exit(0)
 os.setsid()
