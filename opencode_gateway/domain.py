@@ -1,6 +1,7 @@
 """The values every part of the package speaks of, in one small module: which way a model's
 calls go (`ModelRoute`, parsed once from a model string, and its `Mode`), what a request was for
-(`Purpose`), how a run ended (`StopReason`, and the ledger's `RunOutcome`).
+(`Purpose`), how a run ended (`StopReason`, and the ledger's `RunOutcome`), a tool call as the
+model wrote it (`WrittenCall`).
 
 Three ids are easy to confuse, so each has one name: a run's `run_id` (our own: the ledger row,
 the trace, and what LiteLLM's spend logs call a session, `x-litellm-session-id`), OpenCode's
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-__all__ = ["GATEWAY_PREFIX", "Mode", "ModelRoute", "Purpose", "RunOutcome", "StopReason"]
+__all__ = ["GATEWAY_PREFIX", "Mode", "ModelRoute", "Purpose", "RunOutcome", "StopReason", "WrittenCall"]
 
 # How a run ended (RunResult.stop_reason); a ledger row may also say a run was interrupted.
 StopReason = Literal["done", "error", "timeout", "budget_exceeded", "max_turns"]
@@ -56,3 +57,13 @@ class ModelRoute:
         """A per-model setting (prices, budgets, caching): under the model as written, else under
         its group's name."""
         return per_model.get(self.model) or per_model.get(self.upstream_model)
+
+
+@dataclass(frozen=True)
+class WrittenCall:
+    """A tool call as the model finished writing it, before OpenCode sees it (a run that asks
+    holds it at its endpoint on OpenCode 2): `arguments` is its raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str

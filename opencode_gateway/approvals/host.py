@@ -11,6 +11,11 @@ the plugin from the agent. The plugin says hello when OpenCode loads it, before 
 so before the agent exists, and gets a key of the run's, given once: every ask carries it, and the
 endpoint refuses model calls until the hello came (a plugin that did not load would let every tool
 run unasked). A hook that cannot reach the host denies.
+
+OpenCode 2 has no such hook: its run's endpoint holds the model's tool calls until this host has
+answered them (`held`, endpoint/held.py), outside the sandbox, with no channel the agent could
+answer on. Its plugin only seals OpenCode's server (whose API password the agent could otherwise
+read) and says hello, as 1.18's does.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import inspect
 import json
 import secrets as random_secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..credentials import redact, redacted
+from ..domain import WrittenCall
 from .policy import ApprovalRequest, Policy
 
 __all__ = ["Approval", "Approvals", "Approve", "Decided"]
@@ -138,17 +144,42 @@ class Approvals:
                 return _json({"decision": "deny", "reason": "the ask was not understood"}, 400)
             if tool == "invalid":  # a tool OpenCode does not offer (the mode denies it): OpenCode says so
                 return _json({"decision": "allow", "reason": ""})
-            if not isinstance(arguments, dict):
-                arguments = {"value": arguments}
-            asked = ApprovalRequest.of(
-                tool, arguments, self._workdir, session_id=body.get("sessionID"), call_id=body.get("callID")
-            )
-            decided = await self.decide(redacted(asked, self._secrets))
-            return _json(
-                {"decision": decided.approval.decision, "reason": redact(decided.approval.reason, self._secrets)}
-            )
+            approval = await self.asked(tool, arguments, body.get("sessionID"), body.get("callID"))
+            return _json({"decision": approval.decision, "reason": approval.reason})
 
         return [Route("/approvals/hello", hello, methods=["POST"]), Route("/approvals/ask", ask, methods=["POST"])]
+
+    async def asked(self, tool: str, arguments: Any, session_id: Any, call_id: Any) -> Approval:
+        """The answer to a call of `tool` with `arguments` (what the model wrote), the reason
+        cleared of the run's secrets."""
+        if not isinstance(arguments, dict):
+            arguments = {"value": arguments}
+        asked = ApprovalRequest.of(tool, arguments, self._workdir, session_id=session_id, call_id=call_id)
+        decided = await self.decide(redacted(asked, self._secrets))
+        return Approval(decided.approval.decision, redact(decided.approval.reason, self._secrets))
+
+    async def held(
+        self, session_id: str | None, calls: Sequence[WrittenCall], offered: Collection[str]
+    ) -> list[str | None]:
+        """A turn's tool calls held at the endpoint (OpenCode 2: endpoint/held.py), answered one
+        after the other: None for an allowed call, else why it is not. A call of a tool the
+        request did not offer, or whose arguments are no JSON object, is denied unasked: OpenCode
+        would refuse the first (and may repair its name into an offered one), and could not run
+        the second as it was asked about."""
+        answers: list[str | None] = []
+        for call in calls:
+            try:
+                arguments = json.loads(call.arguments or "{}")
+            except ValueError:
+                arguments = None
+            if call.name not in offered:
+                answers.append(f"{call.name!r} is not a tool this run offers")
+            elif not isinstance(arguments, dict):
+                answers.append("its arguments are not a JSON object")
+            else:
+                approval = await self.asked(call.name, arguments, session_id, call.id)
+                answers.append(None if approval.decision == "allow" else approval.reason or "denied")
+        return answers
 
     async def decide(self, request: ApprovalRequest) -> Decided:
         started = time.monotonic()

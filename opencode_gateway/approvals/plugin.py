@@ -19,8 +19,8 @@ import json
 
 __all__ = ["plugin_source"]
 
-PLUGIN = r"""// opencode-gateway's approvals: every tool call waits for the host's answer; no answer is a deny.
-import { readFileSync } from "node:fs";
+# Both plugins': the run's endpoint, and the seal.
+_COMMON = r"""import { readFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
 
 const HOST = __HOST__;
@@ -39,7 +39,10 @@ function sealed() {
     return false;
   }
 }
+"""
 
+PLUGIN = r"""// opencode-gateway's approvals: every tool call waits for the host's answer; no answer is a deny.
+__COMMON__
 export default async () => {
   const token = readFileSync(TOKEN_FILE, "utf8").trim();
   const headers = { authorization: "Bearer " + token, "content-type": "application/json" };
@@ -74,12 +77,31 @@ export default async () => {
 """
 
 
-def plugin_source(host: str, token_file: str, timeout: float, unix_socket: str | None = None) -> str:
+# OpenCode 2's: no hook (its endpoint holds the tool calls), only the seal and the hello, at import:
+# 2.x imports a plugin's module when its server starts, before any model call.
+SEAL = r"""// opencode-gateway's seal: OpenCode's server non-dumpable, then the host told so.
+__COMMON__
+try {
+  const token = readFileSync(TOKEN_FILE, "utf8").trim();
+  const headers = { authorization: "Bearer " + token, "content-type": "application/json" };
+  const body = JSON.stringify({ sealed: sealed() });
+  await fetch(HOST + "/approvals/hello", { method: "POST", headers, body, ...VIA });
+} catch (error) {}
+
+export default { id: "opencode-gateway-approvals", setup() {} };
+"""
+
+
+def plugin_source(
+    host: str, token_file: str, timeout: float, unix_socket: str | None = None, *, tool_hook: bool = True
+) -> str:
     """The plugin for one run: its endpoint (and its unix socket in a sandbox), the token's file,
-    and how long an ask may wait."""
+    and how long an ask may wait; with no `tool_hook` (OpenCode 2), the seal and hello alone."""
     wait_ms = int((timeout + 30) * 1000)  # the host answers by `timeout`; this only ends a lost ask
     return (
-        PLUGIN.replace("__HOST__", json.dumps(host))
+        (PLUGIN if tool_hook else SEAL)
+        .replace("__COMMON__", _COMMON)
+        .replace("__HOST__", json.dumps(host))
         .replace("__UNIX__", json.dumps(unix_socket))
         .replace("__TOKEN_FILE__", json.dumps(token_file))
         .replace("__WAIT_MS__", str(wait_ms))

@@ -33,18 +33,13 @@ class Check:
 
 
 def _opencode(settings: Settings) -> Check:
-    from ..opencode.binary import find_opencode, opencode_version
-    from ..opencode.generation import generation_of
+    from ..opencode.binary import find_opencode
 
     try:
-        binary = find_opencode(settings.opencode_bin, settings.data_dir)
+        found = find_opencode(settings.opencode_bin, settings.data_dir)
     except GatewayError as exc:
         return Check("opencode", False, str(exc))
-    version = opencode_version(binary)  # cached by find_opencode
-    generation = generation_of(version)
-    return Check(
-        "opencode", True, f"OpenCode {version} (generation {generation.number if generation else '?'}) at {binary}"
-    )
+    return Check("opencode", True, f"OpenCode {found.version} (generation {found.generation.number}) at {found.path}")
 
 
 def _ripgrep(settings: Settings) -> Check:

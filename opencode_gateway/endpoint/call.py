@@ -25,6 +25,7 @@ from ..accounting.usage import StreamUsageReader, Usage, estimate_usage, usage_f
 from ..credentials import redact
 from ..domain import Purpose
 from ..litellm_gateway.protocol import is_budget_error
+from .held import PassThrough, ToolCallHold, hold_whole
 from .hooks import NO_GATES, NO_OBSERVERS, Gates, Observers
 from .http import bearer, error_body, error_message, error_response
 from .routing import Router, Target
@@ -212,6 +213,10 @@ class Call:
 async def whole(call: Call, reply: UpstreamReply) -> Response:
     raw = await reply.read()
     await reply.aclose()
+    gates = call.endpoint.gates
+    relayed = raw
+    if gates.holds_tool_calls:
+        relayed = await hold_whole(raw, lambda calls: gates.approved(call.session_id, calls))
     try:
         data: Any = json.loads(raw)
     except ValueError:
@@ -230,7 +235,7 @@ async def whole(call: Call, reply: UpstreamReply) -> Response:
         response_id=body.get("id") if isinstance(body.get("id"), str) else None,
         answer=_answer_of(body),
     )
-    return Response(raw, reply.status_code, media_type=reply.media_type)
+    return Response(relayed, reply.status_code, media_type=reply.media_type)
 
 
 async def relay(call: Call, reply: UpstreamReply) -> AsyncIterator[bytes]:
@@ -238,13 +243,20 @@ async def relay(call: Call, reply: UpstreamReply) -> AsyncIterator[bytes]:
     stream cut or stalled upstream becomes an SSE error event, never a cut) and one record
     is made."""
     reader = _stream_reader(call.endpoint, call.session_id)
+    gates = call.endpoint.gates
+    hold = (
+        ToolCallHold(lambda calls: gates.approved(call.session_id, calls)) if gates.holds_tool_calls else PassThrough()
+    )
     failure: str | None = None
     ended = False  # False in `finally`: OpenCode went away (or we stopped it) mid-stream
     try:
         try:
             async for chunk in reply.chunks:
-                reader.feed(chunk)
-                yield chunk
+                reader.feed(chunk)  # the upstream's own bytes: the record is of what the model said
+                for piece in await hold.feed(chunk):
+                    yield piece
+            for piece in await hold.close():
+                yield piece
         except StreamStalled as exc:
             failure = str(exc)
         except httpx.HTTPError as exc:

@@ -1,12 +1,16 @@
 """What a run's endpoint tells the run as requests go (observers: notifications, which decide
-nothing), and what it asks of the run before forwarding a request (gates: a request waits for
-them, and a gate may refuse it). Two protocols, as httpx's event hooks are, instead of loose
-callbacks; `serve`'s endpoint has none of a run's (NO_OBSERVERS, NO_GATES)."""
+nothing), and what it asks of the run before forwarding a request and before a tool call goes on
+(gates: a request waits for them, and a gate may refuse it or a tool call). Two protocols, as
+httpx's event hooks are, instead of loose callbacks; `serve`'s endpoint has none of a run's
+(NO_OBSERVERS, NO_GATES)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..domain import WrittenCall
 
 __all__ = ["NO_GATES", "NO_OBSERVERS", "Gates", "NoGates", "NoObservers", "Observers"]
 
@@ -26,6 +30,15 @@ class Observers(Protocol):
 
 
 class Gates(Protocol):
+    @property
+    def holds_tool_calls(self) -> bool:
+        """Whether the model's tool calls wait for `approved` before OpenCode sees them (held.py)."""
+        ...
+
+    async def approved(self, session_id: str | None, calls: Sequence[WrittenCall]) -> Sequence[str | None]:
+        """For each of a turn's tool calls: None lets it through, a text is why it is denied."""
+        ...
+
     async def checked(self) -> str | None:
         """Awaited before any request is forwarded: None lets it through, a text refuses it (403).
         A run checks its gateway (or provider) while OpenCode starts, and OpenCode's first request
@@ -50,6 +63,11 @@ class NoObservers:
 
 class NoGates:
     """Nothing to wait for: every request goes through."""
+
+    holds_tool_calls = False
+
+    async def approved(self, session_id: str | None, calls: Sequence[WrittenCall]) -> Sequence[str | None]:
+        return [None] * len(calls)
 
     async def checked(self) -> str | None:
         return None

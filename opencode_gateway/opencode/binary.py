@@ -4,8 +4,8 @@ Lookup order: the flag or setting (`--opencode-bin`), `$OPENCODE_BIN`, the pinne
 data dir (`opencode-gateway install-opencode`), `opencode` on PATH. Whatever is found must answer
 `--version` with a supported version: a run on another program (or an OpenCode whose events and
 config keys differ) would "succeed" with nothing done. The answer is cached by path and mtime, so
-the check costs one process start per binary, not one per run. Which generation a version is,
-and whether it runs, is generation.py's.
+the check costs one process start per binary, not one per run. Which generation a version is
+is generation.py's.
 """
 
 from __future__ import annotations
@@ -15,27 +15,30 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OpenCodeNotFound
-from .generation import GENERATIONS, Generation, generation_of, version_of
+from .generation import DEFAULT, GENERATIONS, Generation, generation_of, version_of
 
-__all__ = ["SUPPORTED", "find_opencode", "install_opencode", "opencode_version", "pinned_binary", "supported"]
+__all__ = ["SUPPORTED", "OpenCodeBinary", "find_opencode", "install_opencode", "opencode_version", "pinned_binary"]
 
-RUNNING = tuple(generation for generation in GENERATIONS if generation.runs)
-SUPPORTED = " or ".join(generation.supported for generation in RUNNING)  # what a run takes
+SUPPORTED = " or ".join(generation.supported for generation in GENERATIONS)
 INSTALL = "run `opencode-gateway install-opencode`"
 INSTALL_HINT = f"{INSTALL}, or point --opencode-bin / OPENCODE_BIN at an OpenCode {SUPPORTED}"
 _VERSION_TIMEOUT_S = 30.0
 
 
-def supported(version: str) -> bool:
-    """Whether a run takes an OpenCode of `version`."""
-    generation = generation_of(version)
-    return generation is not None and generation.runs
+@dataclass(frozen=True)
+class OpenCodeBinary:
+    """A checked OpenCode: where it is, and what it is."""
+
+    path: str
+    version: str
+    generation: Generation
 
 
-def pinned_binary(data_dir: Path, generation: Generation = RUNNING[0]) -> Path:
+def pinned_binary(data_dir: Path, generation: Generation = DEFAULT) -> Path:
     """Where install-opencode puts a generation's binary under the data dir."""
     return data_dir / generation.folder / "node_modules" / ".bin" / "opencode"
 
@@ -74,7 +77,7 @@ def opencode_version(binary: str) -> str:
     return version
 
 
-def _checked(binary: str) -> str:
+def _checked(binary: str) -> OpenCodeBinary:
     version = opencode_version(binary)
     generation = generation_of(version)
     if generation is None:
@@ -83,18 +86,12 @@ def _checked(binary: str) -> str:
             f"{binary} is not a supported OpenCode: `--version` gave {found}, opencode-gateway "
             f"supports {SUPPORTED}; {INSTALL}"
         )
-    if not generation.runs:
-        pinned = RUNNING[0].pinned
-        raise OpenCodeNotFound(
-            f"{binary} is OpenCode {version} (generation {generation.number}): {generation.why_not} in this "
-            f"opencode-gateway; install OpenCode {pinned} beside it (`opencode-gateway install-opencode`: "
-            f"a run finds it before one on PATH), or point --opencode-bin / OPENCODE_BIN at an OpenCode {SUPPORTED}"
-        )
-    return binary
+    return OpenCodeBinary(binary, version, generation)
 
 
-def find_opencode(explicit: str | None, data_dir: Path) -> str:
-    """The opencode binary to run, checked (see the module's docstring for the order)."""
+def find_opencode(explicit: str | None, data_dir: Path) -> OpenCodeBinary:
+    """The opencode binary to run, checked (see the module's docstring for the order; of the
+    pinned installs, the default generation's first)."""
     candidate = explicit or os.environ.get("OPENCODE_BIN")
     if candidate:
         path = Path(candidate).expanduser()
@@ -104,18 +101,19 @@ def find_opencode(explicit: str | None, data_dir: Path) -> str:
         if found:
             return _checked(found)
         raise OpenCodeNotFound(f"opencode binary {candidate!r} does not exist or is not executable: {INSTALL_HINT}")
-    pinned = pinned_binary(data_dir)
-    if os.access(pinned, os.X_OK):
-        return _checked(str(pinned))
+    pinned = [pinned_binary(data_dir, generation) for generation in (DEFAULT, *GENERATIONS)]
+    for binary in pinned:
+        if os.access(binary, os.X_OK):
+            return _checked(str(binary))
     found = shutil.which("opencode")
     if not found:
         raise OpenCodeNotFound(
-            f"no opencode found (not installed in {pinned.parent.parent.parent}, not on PATH): {INSTALL_HINT}"
+            f"no opencode found (not installed in {pinned[0].parent.parent.parent.parent}, not on PATH): {INSTALL_HINT}"
         )
     return _checked(found)
 
 
-def install_opencode(data_dir: Path, version: str = RUNNING[0].pinned) -> Path:
+def install_opencode(data_dir: Path, version: str = DEFAULT.pinned) -> Path:
     """Install OpenCode `version` with npm into the data dir, from its generation's package
     (`opencode-ai` for 1.18, `@opencode/cli` for 2.x), each generation in a folder of its own
     (nothing when it is already there); returns the binary."""

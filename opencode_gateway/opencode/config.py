@@ -17,7 +17,7 @@ from typing import Any
 from ..accounting.price_map import context_window
 from ..accounting.pricing import Price, per_million
 from ..errors import ConfigConflict, SettingsError
-from .generation import GENERATIONS
+from .generation import DEFAULT, GENERATIONS, Generation
 
 __all__ = [
     "PERMISSION_MODES",
@@ -74,6 +74,9 @@ def permission_of(native_tool: str) -> str:
 
 # The read-only and edit modes deny everything not listed, MCP tools included.
 _READ_ONLY_ALLOWED = ("read", "glob", "grep", "list", "lsp", "skill", "todowrite", "todoread", "task")
+# OpenCode 2's `execute` (JavaScript with fetch(), ../../docs/architecture.md) reaches the web
+# whatever webfetch's rule says: off with the web. 1.18 has no such tool, and a rule for it is inert.
+_NO_WEB = {"execute": "deny"}
 # Headless runs cannot answer a prompt, and an unanswered `ask` ends the run silently: never ask.
 _NEVER_ASK = {"question": "deny", "doom_loop": "deny"}
 
@@ -123,11 +126,12 @@ def permission_rules(
     sets no blanket rule, so an agent's own restrictions apply (a blanket allow would override
     them: `plan` would edit)."""
     check_permissions(mode)
+    web = "web_search" not in disable_tools
     rules: dict[str, Any]
     if mode is None:
         rules = {}
     elif mode == "full":
-        rules = {"*": "allow"}
+        rules = {"*": "allow"} if web else {"*": "allow", **_NO_WEB}
     else:
         rules = {"*": "deny", **dict.fromkeys(_READ_ONLY_ALLOWED, "allow")}
         if mode == "edit":
@@ -144,6 +148,8 @@ def permission_rules(
         if tool not in TOOLS:
             raise SettingsError(f"cannot disable tool {tool!r}: known tools are {', '.join(TOOLS)}")
         rules.update(dict.fromkeys(TOOLS[tool], "deny"))
+    if not web:
+        rules.update(_NO_WEB)
     return rules
 
 
@@ -211,11 +217,14 @@ def build_config(
     mcp: Mapping[str, Any] | None = None,
     known: Mapping[str, Mapping[str, Any]] | None = None,
     plugins: Sequence[str] = (),
+    generation: Generation = DEFAULT,
 ) -> dict[str, Any]:
-    """The complete OpenCode config: the user's keys under ours. `api_key_ref` is an OpenCode
-    reference such as `{file:/private/token}`, never a key. `plugins`: the run's own (file://
-    URLs; approvals), loaded only when argv has no `--pure`. `instructions` are files OpenCode adds
-    to the system prompt, after any the user's config lists. `small_model` takes OpenCode's
+    """The complete OpenCode config: the user's keys under ours, each one `generation` reads
+    (2.x drops a key it does not know, silently). `api_key_ref` is an OpenCode reference such as
+    `{file:/private/token}`, never a key. `plugins`: the run's own (approvals; 1.18: file:// URLs,
+    loaded only when argv has no `--pure`; 2.x: folders). `instructions` are files OpenCode 1.18
+    adds to the system prompt, after any the user's config lists (2.x reads none: the workspace
+    writes them into OpenCode's global AGENTS.md). `small_model` takes OpenCode's
     background calls (titles, summaries); the run's model takes them without it. `known`: what is
     known of a model, in OpenCode's shape: its `cost` (USD per million tokens), so OpenCode's own
     displays show what the ledger says, and its `limit` (context and output tokens), without which
@@ -244,7 +253,7 @@ def build_config(
             permissions or ("full" if agent == "build" else None), disable_tools, readable_dirs, mcp or ()
         ),
     }
-    if instructions:
+    if instructions and generation.number == 1:
         managed["instructions"] = [*user_config.get("instructions", ()), *instructions]
     if mcp:
         managed["mcp"] = dict(mcp)
@@ -281,6 +290,8 @@ def build_env(
         OPENCODE_DISABLE_SHARE="1",
         OPENCODE_DISABLE_DEFAULT_PLUGINS="1",
         OPENCODE_DISABLE_CLAUDE_CODE="1",
+        OPENCODE_DISABLE_CLAUDE_CODE_SKILLS="1",
+        OPENCODE_DISABLE_FREE_MODELS="1",  # 2.x: a config it dropped never falls back to opencode.ai
         OPENCODE_DISABLE_EXTERNAL_SKILLS="1",
         NO_PROXY=no_proxy,
         no_proxy=no_proxy,

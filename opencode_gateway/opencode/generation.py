@@ -1,14 +1,10 @@
 """OpenCode's generations, as data: which versions make one, the npm package it comes from, its
-pinned version, and whether this opencode-gateway runs it yet.
+pinned version.
 
 1.18 (npm `opencode-ai`) and 2.x (npm `@opencode/cli`, whose installer replaces 1.x) differ in how
 OpenCode is started, configured, read and asked (../../docs/architecture.md). A binary's
 generation is told from its `--version` alone (`1.18.33`, `opencode v2.1.2`), once, here: nothing
 else in the package guesses it.
-
-Runs on 2.x are not built yet: a 2.x binary is recognised, installable and named by `doctor`, and
-a run refuses it with one line saying so and how to get 1.18, rather than starting an OpenCode
-whose approvals, events and config this version would get wrong.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GENERATIONS", "Generation", "generation_of", "version_of"]
+__all__ = ["DEFAULT", "GENERATIONS", "Generation", "generation_of", "version_of"]
 
 _VERSION = re.compile(r"^(?:opencode\s+v?)?(\d+)\.(\d+)\.(\d+)(\S*)$", re.IGNORECASE)
 
@@ -30,8 +26,9 @@ class Generation:
     pinned: str  # the version the suite runs against, and install-opencode's default for it
     package: str  # npm's name for it
     folder: str  # where install-opencode puts it under the data dir
-    runs: bool  # whether this opencode-gateway can run it
-    why_not: str = ""  # when it cannot: what is missing, for the one line that refuses it
+    # Whether a plugin's hook runs before each tool call (1.18's tool.execute.before), where the
+    # host answers it; without one (2.x), the run's endpoint holds the model's tool calls instead.
+    tool_hook: bool
 
     @property
     def supported(self) -> str:
@@ -43,17 +40,10 @@ class Generation:
 
 
 GENERATIONS = (
-    Generation(1, (1, 18), "1.18.33", "opencode-ai", "opencode", runs=True),
-    Generation(
-        2,
-        (2, 1),
-        "2.1.2",
-        "@opencode/cli",
-        "opencode2",
-        runs=False,
-        why_not="runs on OpenCode 2 (its server API, renamed tools, approvals and events) are not built yet",
-    ),
+    Generation(1, (1, 18), "1.18.33", "opencode-ai", "opencode", tool_hook=True),
+    Generation(2, (2, 1), "2.1.2", "@opencode/cli", "opencode2", tool_hook=False),
 )
+DEFAULT = GENERATIONS[0]  # what install-opencode installs unasked (docs/architecture.md says why)
 
 
 def version_of(answer: str) -> str:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from .denial import denial_of
+
 __all__ = [
     "Error",
     "Event",
@@ -140,6 +142,10 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
     output = state.get("error") if state.get("status") == "error" else state.get("output")
     if part.get("tool") == "invalid" and not output:
         output = tool_input.get("error")
+    denial = denial_of(native)
+    if denial is not None:  # 2.x: the host denied it at the endpoint (denial.py)
+        native, output = denial
+        tool = normalize_tool(native)
     return [
         ToolCall(session_id, call_id=call_id, tool=tool, native_tool=native, input=dict(tool_input)),
         ToolResult(

@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OpenCodeNotFound
-from .binary import INSTALL_HINT
+from .binary import INSTALL_HINT, OpenCodeBinary
 from .lines import Event, parse_line
 
-__all__ = ["EVENT_LINE_MAX", "STDERR_LINE_MAX", "OpenCodeProcess", "ProcessExit", "opencode_retries", "run_argv"]
+__all__ = [
+    "EVENT_LINE_MAX",
+    "STDERR_LINE_MAX",
+    "OpenCodeProcess",
+    "ProcessExit",
+    "opencode_retries",
+    "run_argv",
+    "tui_argv",
+]
 
 RUN_TITLE = "opencode-gateway run"  # a fixed title: OpenCode then makes no extra title request
 _STDERR_TAIL_LINES = 40
@@ -66,15 +74,24 @@ async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[tupl
         yield bytes(line), cut
 
 
-def run_argv(binary: str, model: str, agent: str, session_id: str | None = None, *, plugins: bool = False) -> list[str]:
+def run_argv(
+    binary: OpenCodeBinary, model: str, agent: str, session_id: str | None = None, *, plugins: bool = False
+) -> list[str]:
     """`opencode run` for one headless turn; the prompt goes on stdin, never in argv (OpenCode
     quotes argv words that contain spaces, and argv is visible to every local user). With
     `--thinking`, OpenCode prints the reasoning the model streams (without, it drops it).
-    `--pure` keeps every plugin out, the config's too: `plugins` (the run's approval plugin, the
-    only one its config names) drops it; the user's and the project's stay off (the private config
-    dir, OPENCODE_DISABLE_PROJECT_CONFIG)."""
+    On 1.18, `--pure` keeps every plugin out, the config's too: `plugins` (the run's approval
+    plugin, the only one its config names) drops it; the user's and the project's stay off (the
+    private config dir, OPENCODE_DISABLE_PROJECT_CONFIG). On 2.x, `--standalone` runs OpenCode's
+    server as a child that ends with the run: without it, `run` starts a service that outlives it
+    (127.0.0.1:49374, ../../docs/architecture.md); 2.x has no `--pure` and loads only the config's
+    plugins (ours) since the project's config is off."""
+    if binary.generation.number == 1:
+        own = [] if plugins else ["--pure"]
+    else:
+        own = ["--standalone"]
     argv = [
-        binary,
+        binary.path,
         "run",
         "--format",
         "json",
@@ -84,12 +101,20 @@ def run_argv(binary: str, model: str, agent: str, session_id: str | None = None,
         agent,
         "--title",
         RUN_TITLE,
-        *([] if plugins else ["--pure"]),
+        *own,
         "--thinking",
     ]
     if session_id:
         argv += ["--session", session_id]
     return argv
+
+
+def tui_argv(binary: OpenCodeBinary, arguments: Sequence[str]) -> list[str]:
+    """OpenCode launched with the user's `arguments` (its TUI, or any command of its own): on 2.x
+    with `--standalone` unless they choose a server, so no background service outlives it."""
+    if binary.generation.number == 1 or {"--standalone", "--server"} & set(arguments):
+        return [binary.path, *arguments]
+    return [binary.path, *arguments, "--standalone"]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 from ..accounting.pricing import Price
 from . import config as oc_config
 from .agent import AgentConfig
+from .generation import DEFAULT, Generation
 from .gitguard import GitControl
 from .sandbox import SandboxConfig
 from .seccomp import filter_fd
@@ -32,6 +33,7 @@ __all__ = ["Workspace"]
 class Workspace:
     private: Path  # 0700: the token, OpenCode's HOME and XDG dirs, skills, instructions, opencode.json
     data_home: Path  # XDG_DATA_HOME: OpenCode's sessions
+    generation: Generation = DEFAULT  # of the OpenCode it is for: its config and environment differ
 
     def prepare(self) -> None:
         """Make the private dirs (0700) and the data home."""
@@ -54,21 +56,38 @@ class Workspace:
 
     @property
     def plugin(self) -> Path:
-        """Where the run's approval plugin is (sealed read-only in the sandbox)."""
-        return self.private / "approve.js"
+        """Where the run's approval plugin is (sealed read-only in the sandbox): a file for 1.18,
+        a folder (its package) for 2.x."""
+        return self.private / ("approve.js" if self.generation.number == 1 else "approve")
 
     def add_plugin(self, source: str) -> str:
-        """The run's approval plugin, read-only, as the file:// URL OpenCode's config names."""
-        self.plugin.write_text(source, encoding="utf-8")
-        self.plugin.chmod(0o444)
-        return self.plugin.as_uri()
+        """The run's approval plugin, read-only, as OpenCode's config names it (1.18: a file://
+        URL; 2.x: the package's folder)."""
+        if self.generation.number == 1:
+            self.plugin.write_text(source, encoding="utf-8")
+            self.plugin.chmod(0o444)
+            return self.plugin.as_uri()
+        self.plugin.mkdir(mode=0o700)
+        (self.plugin / "package.json").write_text(
+            json.dumps({"name": "opencode-gateway-approvals", "main": "index.js", "type": "module"})
+        )
+        (self.plugin / "index.js").write_text(source, encoding="utf-8")
+        for path in (self.plugin / "package.json", self.plugin / "index.js", self.plugin):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        return str(self.plugin)
 
     def add_instructions(self, parts: Sequence[str]) -> list[str]:
-        """The run's extra instructions as one file; the files for the config's `instructions`."""
+        """The run's extra instructions as one file; the files for the config's `instructions`.
+        OpenCode 2 reads no `instructions`, but it reads its global AGENTS.md (the project's is
+        off): there they go, in the private config dir."""
         if not parts:
             return []
+        text = "\n\n".join(parts) + "\n"
+        if self.generation.number == 2:
+            (self.private / "config" / "opencode" / "AGENTS.md").write_text(text, encoding="utf-8")
+            return []
         path = self.private / "instructions.md"
-        path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         return [str(path)]
 
     def config(
@@ -97,6 +116,7 @@ class Workspace:
             mcp=agent.mcp,
             known=oc_config.known_models(pricing, agent.model, agent.small_model),
             plugins=plugins,
+            generation=self.generation,
         )
         (self.private / "opencode.json").write_text(json.dumps(config, indent=2) + "\n")
         return config

@@ -194,7 +194,13 @@ def opencode_process(
     plugins = []
     if plan.asks:  # the token's file is written next, by opencode_env
         unix = str(socket_path) if socket_path else None
-        source = plugin_source(server.url, str(workspace.private / "token"), settings.approval_timeout, unix)
+        source = plugin_source(
+            server.url,
+            str(workspace.private / "token"),
+            settings.approval_timeout,
+            unix,
+            tool_hook=plan.binary.generation.tool_hook,
+        )
         plugins.append(workspace.add_plugin(source))
     env = opencode_env(
         settings,

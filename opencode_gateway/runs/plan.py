@@ -17,7 +17,8 @@ from ..config.options import PER_RUN, RunOptions
 from ..config.settings import RunSettings, Settings
 from ..errors import CapabilityUnsupported, SettingsError
 from ..opencode import config as oc_config
-from ..opencode.binary import find_opencode
+from ..opencode.binary import OpenCodeBinary, find_opencode
+from ..opencode.generation import DEFAULT
 from ..opencode.process import OpenCodeProcess
 from ..opencode.sandbox import resolve_sandbox
 from ..opencode.sessions import session_directory, session_store
@@ -37,7 +38,7 @@ class Plan:
     settings: RunSettings
     prompt: str
     workdir: Path
-    binary: str
+    binary: OpenCodeBinary
     session_id: str | None
     resumed_store: Path | None
     skills: tuple[Skill, ...]
@@ -117,6 +118,14 @@ def check_writable(data_dir: Path) -> None:
         ) from None
 
 
+def _binary(settings: Settings, stand_in: Callable[..., OpenCodeProcess] | None) -> OpenCodeBinary:
+    """The OpenCode a run starts; a stand-in's is of the generation it says it replays."""
+    if stand_in is None:
+        return find_opencode(settings.opencode_bin, settings.data_dir)
+    generation = getattr(stand_in, "generation", DEFAULT)
+    return OpenCodeBinary("opencode", generation.pinned, generation)
+
+
 def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
     _refuse_unsupported(options)
     settings = _settings(options)
@@ -150,7 +159,7 @@ def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:
         settings=settings,
         prompt=prompt + (spec.prompt_suffix() if spec else ""),
         workdir=cwd,
-        binary="opencode" if stand_in is not None else find_opencode(settings.opencode_bin, settings.data_dir),
+        binary=_binary(settings, stand_in),
         session_id=session_id,
         resumed_store=resumed_store,
         skills=loaded_skills,

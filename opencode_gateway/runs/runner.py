@@ -14,7 +14,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,7 @@ from .preflight import Preflight
 from .result import KEPT_EVENTS_MAX, OutputInvalid, RunResult
 
 if TYPE_CHECKING:
+    from ..domain import WrittenCall
     from ..endpoint.routing import Target
 
 __all__ = ["Parts", "execute"]
@@ -107,6 +108,14 @@ class _Gates:
 
     def __init__(self, run: _Run) -> None:
         self.run = run
+
+    @property
+    def holds_tool_calls(self) -> bool:
+        return self.run.approvals is not None and not self.run.plan.binary.generation.tool_hook
+
+    async def approved(self, session_id: str | None, calls: Sequence[WrittenCall]) -> Sequence[str | None]:
+        assert self.run.approvals is not None
+        return await self.run.approvals.held(session_id, calls, self.run.state.offered)
 
     async def checked(self) -> str | None:
         if self.run.approvals is not None and (unloaded := await self.run.approvals.loaded()) is not None:
@@ -287,7 +296,7 @@ class _Run:
         watchdog = Watchdog([private])  # cleans up if this process is killed
         git = GitControl.take(plan.workdir)
         try:
-            workspace = Workspace(private, plan.resumed_store or private / "data")
+            workspace = Workspace(private, plan.resumed_store or private / "data", plan.binary.generation)
             before = await snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.state.warnings)
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
             session_id = next((e.session_id for e in self.state.kept.events if e.session_id), None) or plan.session_id

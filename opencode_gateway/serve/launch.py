@@ -33,7 +33,9 @@ from ..domain import Purpose
 from ..errors import SettingsError
 from ..opencode import config as oc_config
 from ..opencode.binary import find_opencode
+from ..opencode.generation import Generation
 from ..opencode.gitguard import GitControl
+from ..opencode.process import tui_argv
 from ..opencode.purpose import routed_model
 from ..opencode.sandbox import resolve_sandbox
 from ..opencode.workspace import Workspace
@@ -203,12 +205,12 @@ def mint_launch(server: ServerState, launch: Launch) -> str:
     return str(response.json()["token"])
 
 
-def _workspace(settings: Settings, launch_id: str) -> Workspace:
+def _workspace(settings: Settings, launch_id: str, generation: Generation) -> Workspace:
     """A launch's own workspace, kept under the data dir (`tui/<launch id>/`): its private dirs and
     its session store are shared with no other launch, so one launch's agent can neither read
     another's conversation nor plant anything another will load."""
     private = settings.data_dir / "tui" / launch_id
-    return Workspace(private, private / "data")
+    return Workspace(private, private / "data", generation)
 
 
 def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> dict[str, str]:
@@ -222,7 +224,9 @@ def launch_env(settings: RunSettings, server: ServerState, *, workdir: Path) -> 
         settings.model,
         settings.small_model,
     )
-    workspace = _workspace(settings, launch.launch_id)
+    workspace = _workspace(
+        settings, launch.launch_id, find_opencode(settings.opencode_bin, settings.data_dir).generation
+    )
     workspace.prepare()
     return opencode_env(
         settings, workspace, endpoint_url=server.url, token=mint_launch(server, launch), workdir=workdir
@@ -235,7 +239,8 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
     port its config names, sees its own launch's workspace only, and git's control files of the
     folder are put back afterwards (opencode/gitguard.py). Unconfined, this process becomes
     OpenCode. Returns OpenCode's exit code."""
-    binary = find_opencode(settings.opencode_bin, settings.data_dir)
+    found = find_opencode(settings.opencode_bin, settings.data_dir)
+    argv = tui_argv(found, arguments)
     notes: list[str] = []
     confinement = resolve_sandbox(settings.sandbox, notes)
     settings.sandbox_config.check_ledger(
@@ -244,13 +249,13 @@ def run_opencode(settings: RunSettings, server: ServerState, arguments: Sequence
     if confinement == "none":
         for note in notes:
             print(f"opencode-gateway: warning: {note}", file=sys.stderr)
-        os.execve(binary, [binary, *arguments], dict(env))
+        os.execve(argv[0], argv, dict(env))
     token_ref = json.loads(env["OPENCODE_CONFIG_CONTENT"])["provider"][oc_config.PROVIDER_ID]["options"]["apiKey"]
     private = Path(token_ref.removeprefix("{file:").removesuffix("}")).parent  # the launch's workspace
     workdir = Path(env["PWD"])
     git = GitControl.take(workdir)
-    argv, confined_env, seccomp = Workspace(private, private / "data").confine(
-        [binary, *arguments],
+    argv, confined_env, seccomp = Workspace(private, private / "data", found.generation).confine(
+        argv,
         env,
         settings.sandbox_config,
         settings.gateway_files,

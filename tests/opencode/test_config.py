@@ -17,6 +17,7 @@ from opencode_gateway.opencode.config import (
     permission_rules,
     seed_config_dir,
 )
+from opencode_gateway.opencode.generation import GENERATIONS
 
 BASE = {"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:5555/v1", "api_key_ref": "{file:/p/token}"}
 
@@ -232,3 +233,16 @@ def test_mcp_servers_are_in_the_config_and_their_tools_allowed_in_every_mode() -
         )
         assert config["mcp"] == mcp and config["permission"]["lookup_*"] == "allow"
         assert config["permission"]["*"] == "deny"  # everything else as the mode says
+
+
+def test_with_the_web_off_opencode_2s_execute_is_denied_too_since_its_fetch_ignores_webfetch_rules() -> None:
+    assert permission_rules("full", ["web_search"])["execute"] == "deny"
+    assert "execute" not in permission_rules("full")  # the web is on: execute is the agent's
+    assert permission_rules("read-only")["*"] == "deny"  # and execute with it
+
+
+def test_opencode_2_gets_no_instructions_key_since_it_reads_none() -> None:
+    second = GENERATIONS[1]
+    config = build_config(**BASE, instructions=["/p/instructions.md"], generation=second)
+    assert "instructions" not in config
+    assert build_config(**BASE, instructions=["/p/instructions.md"])["instructions"] == ["/p/instructions.md"]

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from opencode_gateway.opencode.agent import AgentConfig
+from opencode_gateway.opencode.binary import OpenCodeBinary
+from opencode_gateway.opencode.generation import GENERATIONS
+from opencode_gateway.opencode.process import run_argv, tui_argv
 from opencode_gateway.opencode.sandbox import SandboxConfig
 from opencode_gateway.opencode.seccomp import filter_program
 from opencode_gateway.opencode.workspace import Workspace
@@ -61,3 +64,29 @@ def test_confined_it_runs_under_bwrap_with_its_own_tmp_and_the_seccomp_filter_in
     assert argv[0] == "bwrap" and "--unshare-pid" in argv and "--unshare-net" in argv and "--new-session" in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[-2:] == ["/bin/opencode", "run"] and env == {"PATH": "/bin", "TMPDIR": "/tmp"}
+
+
+def test_for_opencode_2_the_instructions_go_into_its_private_global_agents_md_and_the_plugin_is_a_folder(
+    tmp_path: Path,
+) -> None:
+    workspace = Workspace(tmp_path / "private", tmp_path / "data", GENERATIONS[1])
+    workspace.prepare()
+    assert workspace.add_instructions(["Be brief.", "Answer in JSON."]) == []  # no `instructions` key
+    assert (tmp_path / "private" / "config" / "opencode" / "AGENTS.md").read_text() == "Be brief.\n\nAnswer in JSON.\n"
+    named = workspace.add_plugin("export default {};\n")
+    assert named == str(workspace.plugin) and workspace.plugin.is_dir()
+    assert json.loads((workspace.plugin / "package.json").read_text())["main"] == "index.js"
+    assert not os.access(workspace.plugin / "index.js", os.W_OK) or os.geteuid() == 0
+    assert stat.S_IMODE((workspace.plugin / "index.js").stat().st_mode) == 0o444
+
+
+def test_opencode_2_runs_standalone_and_1_18_pure_and_a_launch_on_2_never_starts_the_service() -> None:
+    first, second = (OpenCodeBinary("/oc", g.pinned, g) for g in GENERATIONS)
+    assert "--pure" in run_argv(first, "litellm/m", "build") and "--standalone" not in run_argv(
+        first, "litellm/m", "build"
+    )
+    argv = run_argv(second, "litellm/m", "build", "ses_1")
+    assert "--standalone" in argv and "--pure" not in argv and argv[-2:] == ["--session", "ses_1"]
+    assert tui_argv(second, ["--session", "ses_1"]) == ["/oc", "--session", "ses_1", "--standalone"]
+    assert tui_argv(second, ["--server", "http://127.0.0.1:1"]) == ["/oc", "--server", "http://127.0.0.1:1"]
+    assert tui_argv(first, []) == ["/oc"]
