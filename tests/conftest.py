@@ -81,15 +81,27 @@ def _installed(variable: str, pinned: Path) -> str:
     return candidate
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Which OpenCode a test that runs one gets: 1.18, and OpenCode 2 as well for a test marked
+    `both_generations` (its model's script then says each generation's tool names:
+    tests/support/tools.py). A test not yet marked runs on 1.18 only."""
+    if "generation" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("both_generations") is not None
+        metafunc.parametrize("generation", [1, 2] if both else [1], ids=lambda n: f"opencode{n}", scope="session")
+
+
 @pytest.fixture(scope="session")
-def opencode_bin() -> str:
-    """The real OpenCode 1.18 binary."""
-    return _installed("OPENCODE_BIN", PINNED_OPENCODE)
+def opencode_bin(generation: int) -> str:
+    """The real OpenCode binary of the test's generation: 1.18 (npm opencode-ai), or 2 (npm
+    @opencode/cli), which scripts/setup installs beside it."""
+    if generation == 1:
+        return _installed("OPENCODE_BIN", PINNED_OPENCODE)
+    return _installed("OPENCODE2_BIN", PINNED_OPENCODE_2)
 
 
 @pytest.fixture(scope="session")
 def opencode2_bin() -> str:
-    """The real OpenCode 2 binary (npm @opencode/cli), which scripts/setup installs beside 1.18."""
+    """The real OpenCode 2 binary, for a test of 2.x alone."""
     return _installed("OPENCODE2_BIN", PINNED_OPENCODE_2)
 
 

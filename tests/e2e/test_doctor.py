@@ -83,19 +83,11 @@ def test_a_team_ledger_is_checked_by_connecting_and_its_password_is_never_printe
         assert "llmproxy:***@" in result.stdout
 
 
-def test_opencode_2_is_named_by_its_generation_and_its_line_says_how_to_get_1_18(
-    opencode2_bin: str, tmp_path: Path
+@pytest.mark.both_generations
+def test_doctor_names_the_generation_of_the_opencode_it_found_and_leaves_no_service(
+    opencode_bin: str, generation: int, tmp_path: Path
 ) -> None:
-    """The real 2.1.2 binary (OpenCode's V2 installer replaces 1.x): doctor names it, and why a run
-    cannot use it yet; asking its version leaves no background service behind."""
-    result = cli("doctor", "--opencode-bin", opencode2_bin, "--ledger", str(tmp_path / "ledger.db"))
-    assert result.returncode == 1
-    line = result.stdout.splitlines()[0]
-    assert line.startswith(f"FAIL opencode   {opencode2_bin} is OpenCode 2.1.2 (generation 2): runs on OpenCode 2")
-    assert "opencode-gateway install-opencode" in line
-    assert not Path("/proc/net/tcp").read_text().count(f":{49374:04X} "), "OpenCode 2's service listens"
-
-
-def test_doctor_names_the_generation_of_the_opencode_it_found(opencode_bin: str, tmp_path: Path) -> None:
+    """Asking OpenCode 2 its version starts no background service (127.0.0.1:49374)."""
     result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db"))
-    assert "(generation 1) at " in result.stdout.splitlines()[0]
+    assert f"(generation {generation}) at {opencode_bin}" in result.stdout.splitlines()[0]
+    assert f":{49374:04X} " not in Path("/proc/net/tcp").read_text(), "OpenCode 2's service listens"

@@ -28,25 +28,29 @@ from opencode_gateway.errors import (
 )
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
+from tests.support import tools
 from tests.support.inspection import opencode_as_seen
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 
 
-def write_then_answer(path: Path) -> list[Reply]:
+def write_then_answer(path: Path, generation: int = 1) -> list[Reply]:
     return [
         Reply(
             text="Writing the file.",
-            tool_calls=[ToolCall("write", {"filePath": str(path), "content": "print('hi')\n"})],
+            tool_calls=[tools.write(generation, str(path), "print('hi')\n")],
             usage=usage(1000, 40),
         ),
         Reply(text="Done: hello.py is written.", usage=usage(1300, 12)),
     ]
 
 
-def test_edit_mode_writes_the_file(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+@pytest.mark.both_generations
+def test_edit_mode_writes_the_file(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+) -> None:
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -61,13 +65,18 @@ def test_edit_mode_writes_the_file(upstream: ScriptedUpstream, workdir: Path, se
     assert result.text == "Done: hello.py is written."
     calls = [e for e in result.events if isinstance(e, ToolCallEvent)]
     results = [e for e in result.events if isinstance(e, ToolResult)]
-    assert [(c.tool, c.input["filePath"]) for c in calls] == [("write", str(workdir / "hello.py"))]
+    assert [(c.tool, c.input.get("filePath") or c.input["path"]) for c in calls] == [
+        ("write", str(workdir / "hello.py"))
+    ]
     assert not results[0].is_error
     assert result.session_id and result.session_id.startswith("ses_")
 
 
-def test_read_only_mode_refuses_the_same_write(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+@pytest.mark.both_generations
+def test_read_only_mode_refuses_the_same_write(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+) -> None:
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -81,14 +90,15 @@ def test_read_only_mode_refuses_the_same_write(upstream: ScriptedUpstream, workd
     [refused] = [e for e in result.events if isinstance(e, ToolResult)]
     assert refused.is_error and refused.native_tool == "write"
     offered = {t["function"]["name"] for t in upstream.requests[0]["body"]["tools"]}
-    assert "write" not in offered and "edit" not in offered and "bash" not in offered
+    assert not offered & {"write", "edit", "bash", "shell", "execute", "webfetch", "question"}
     assert "read" in offered
 
 
+@pytest.mark.both_generations
 def test_usage_and_cost_are_the_upstreams_summed_at_litellms_price(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -106,10 +116,11 @@ def test_usage_and_cost_are_the_upstreams_summed_at_litellms_price(
     assert result.warnings == ()
 
 
+@pytest.mark.both_generations
 def test_gateway_mode_sends_tags_and_metadata_never_opencodes_token(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     result = run(
         "Write hello.py",
         model="litellm_proxy/team-coder",
@@ -180,6 +191,7 @@ def test_a_hostile_project_config_changes_nothing(
     assert "HOSTILE-INSTRUCTIONS" not in json.dumps(upstream.requests[0]["body"]["messages"])
 
 
+@pytest.mark.both_generations
 def test_secrets_never_reach_opencode(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -210,6 +222,7 @@ def test_secrets_never_reach_opencode(
     assert b"Look" not in seen["cmdline"]  # the prompt goes on stdin, not argv
 
 
+@pytest.mark.both_generations
 def test_an_upstream_error_fails_the_run_with_its_status(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -224,6 +237,7 @@ def test_an_upstream_error_fails_the_run_with_its_status(
         result.raise_for_error()
 
 
+@pytest.mark.both_generations
 def test_the_timeout_kills_opencode(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     upstream.script(Reply(text="slow " * 240, chunk_delay=0.5))  # two minutes of stream
     result = run(
@@ -239,6 +253,7 @@ def test_the_timeout_kills_opencode(upstream: ScriptedUpstream, workdir: Path, s
     assert result.duration_s < 60
 
 
+@pytest.mark.both_generations
 def test_a_session_is_continued(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     upstream.script(Reply(text="The secret word is PAPAYA."))
     first = run(
@@ -673,15 +688,30 @@ def test_an_mcp_server_that_cannot_start_is_an_error_before_the_run_or_a_warning
     assert any("mcp server 'lookup' offered no tools" in warning for warning in result.warnings)
 
 
-def test_a_run_on_opencode_2_is_refused_before_it_starts_in_one_line(
-    opencode2_bin: str, upstream: ScriptedUpstream, workdir: Path, tmp_path: Path
+@pytest.mark.both_generations
+def test_a_cli_run_leaves_no_opencode_service_behind(
+    opencode_bin: str, generation: int, upstream: ScriptedUpstream, workdir: Path, tmp_path: Path
 ) -> None:
+    """OpenCode 2's `run` without `--standalone` would leave `serve --service` listening on
+    127.0.0.1:49374 after it ended, holding its password in a service.json."""
+    upstream.script(Reply(tool_calls=[tools.shell(generation, "echo hi")]), Reply(text="Hello."))
     cli = subprocess.run(
         [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
-         "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", opencode2_bin,
-         "--ledger", str(tmp_path / "ledger.db"), "Hi"],
+         "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", opencode_bin,
+         "--ledger", str(tmp_path / "ledger.db"), "--json", "Hi"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert cli.returncode == 2 and cli.stderr.count("\n") == 1, cli.stderr
-    assert f"{opencode2_bin} is OpenCode 2.1.2 (generation 2)" in cli.stderr
-    assert upstream.requests == []
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["text"] == "Hello."
+    assert f":{49374:04X} " not in Path("/proc/net/tcp").read_text(), "an OpenCode service listens"
+    services = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if b"serve\0--service" in _cmdline(pid)]
+    assert services == []
+    assert not list(workdir.rglob("service.json")) and not list(tmp_path.rglob("service.json"))
+    assert not list(Path(os.environ["OPENCODE_GATEWAY_HOME"]).rglob("service.json"))
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

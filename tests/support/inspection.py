@@ -20,21 +20,22 @@ PRINT_RUN_TOKEN = (
 
 def opencode_as_seen() -> dict[str, Any]:
     """`cmdline` and `environ` (raw bytes), `config` (the OPENCODE_CONFIG_CONTENT it was given)
-    and `files` (path -> bytes) of the OpenCode process running now; {} when none is found."""
+    and `files` (path -> bytes) of the OpenCode running now; {} when none is found. OpenCode 2 is
+    two processes, `run --standalone` and the server it started (`serve --stdio`): the cmdline
+    and environ are both of theirs, joined."""
+    seen: dict[str, Any] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"--format\0json" not in cmdline:
+            if b"--format\0json" not in cmdline and b"serve\0--stdio" not in cmdline:
                 continue
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             env = dict(v.split(b"=", 1) for v in environ.split(b"\0") if b"=" in v)
             private = Path(env[b"XDG_CONFIG_HOME"].decode()).parent
-            return {
-                "cmdline": cmdline,
-                "environ": environ,
-                "config": json.loads(env[b"OPENCODE_CONFIG_CONTENT"]),
-                "files": {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()},
-            }
+            seen["cmdline"] = seen.get("cmdline", b"") + cmdline
+            seen["environ"] = seen.get("environ", b"") + environ
+            seen["config"] = json.loads(env[b"OPENCODE_CONFIG_CONTENT"])
+            seen["files"] = {str(f): f.read_bytes() for f in private.rglob("*") if f.is_file()}
         except (OSError, KeyError, ValueError):
             continue
-    return {}
+    return seen
