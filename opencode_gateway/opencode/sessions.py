@@ -4,10 +4,12 @@ OpenCode 1.18 continues a session (`--session ID`) in the folder the session was
 whatever folder `opencode run` was started in: it answers the prompt there, tools included, but
 the run command waits for the session to go idle in its own folder and never exits. So a run that
 continues a session must run in the session's folder, and the runner checks that before OpenCode
-starts. The folder is in OpenCode's own database (`opencode/opencode.db` under the session's data
-home, table `session`, column `directory`); it is read read-only, and a database this version does
-not know reads as "unknown", not as an error. Each kept session is about a megabyte: they are
-pruned after `keep_sessions_days` without use, and by `opencode-gateway sessions prune`.
+starts; on 2.x too, whose `--session` creates a session it does not know: a run continues only a
+session it kept. The folder is in OpenCode's own database (`opencode/opencode.db` under the
+session's data home, table `session`, 2.x's `session_v2`, column `directory`); it is read
+read-only, and a database this version does not know reads as "unknown", not as an error. Each
+kept session is about a megabyte: they are pruned after `keep_sessions_days` without use, and by
+`opencode-gateway sessions prune`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ __all__ = [
     "session_store",
 ]
 
+# Where OpenCode's database keeps a session's row: 1.18's `session`, 2.x's `session_v2` (same
+# columns for what is read here: time_created, time_updated, directory, model).
+_SESSION_TABLES = ("session", "session_v2")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -88,10 +93,13 @@ def _session_row(store: Path, session_id: str) -> tuple[Any, ...] | None:
     with contextlib.suppress(sqlite3.Error):
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
-            row = connection.execute(
-                "SELECT time_created, directory, model FROM session WHERE id = ?", (session_id,)
-            ).fetchone()
-            return None if row is None else tuple(row)
+            for table in _SESSION_TABLES:
+                with contextlib.suppress(sqlite3.Error):
+                    row = connection.execute(
+                        f"SELECT time_created, directory, model FROM {table} WHERE id = ?", (session_id,)
+                    ).fetchone()
+                    if row is not None:
+                        return tuple(row)
         finally:
             connection.close()
     return None
@@ -115,7 +123,7 @@ def _last_written(store: Path) -> float | None:
         connection = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
             for query in (
-                "SELECT time_updated FROM session WHERE id = ?",
+                *(f"SELECT time_updated FROM {table} WHERE id = ?" for table in _SESSION_TABLES),
                 "SELECT MAX(time_updated) FROM message WHERE session_id = ?",
             ):
                 with contextlib.suppress(sqlite3.Error):

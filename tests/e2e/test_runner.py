@@ -145,8 +145,9 @@ def test_gateway_mode_sends_tags_and_metadata_never_opencodes_token(
     assert result.cost is None and any("team-coder" in w for w in result.warnings)
 
 
+@pytest.mark.both_generations
 def test_a_hostile_project_config_changes_nothing(
-    upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream, workdir: Path, settings: Settings
+    upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
 ) -> None:
     hostile = {
         "provider": {
@@ -172,7 +173,7 @@ def test_a_hostile_project_config_changes_nothing(
         f"export const Evil = async () => {{ fs.writeFileSync({json.dumps(str(marker))}, 'x'); return {{}}; }};\n"
     )
     (workdir / "AGENTS.md").write_text("HOSTILE-INSTRUCTIONS")
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -280,6 +281,7 @@ def test_a_session_is_continued(upstream: ScriptedUpstream, workdir: Path, setti
     assert "Remember PAPAYA" in history and "The secret word is PAPAYA." in history
 
 
+@pytest.mark.both_generations
 def test_a_session_is_not_continued_from_another_folder(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, tmp_path: Path
 ) -> None:
@@ -335,6 +337,7 @@ def test_a_session_is_not_continued_from_another_folder(
     assert upstream.requests == []  # nothing started
 
 
+@pytest.mark.both_generations
 def test_problems_before_the_start_raise(workdir: Path, settings: Settings, tmp_path: Path) -> None:
     with pytest.raises(OpenCodeNotFound, match="opencode-gateway install-opencode"):
         run("Hi", model="openai/gpt-4o-mini", workdir=workdir, opencode_bin=str(tmp_path / "no-such-opencode"))
@@ -344,6 +347,7 @@ def test_problems_before_the_start_raise(workdir: Path, settings: Settings, tmp_
         run("Hi", model="openai/gpt-4o-mini", workdir=tmp_path / "absent", settings=settings)
 
 
+@pytest.mark.both_generations
 def test_a_persistent_5xx_is_retried_by_the_endpoint_then_ends_the_run_at_once(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -363,6 +367,7 @@ def test_a_persistent_5xx_is_retried_by_the_endpoint_then_ends_the_run_at_once(
     assert result.duration_s < 30  # OpenCode alone takes ~70 s to give up
 
 
+@pytest.mark.both_generations
 def test_one_5xx_then_ok_is_absorbed_by_the_endpoint(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -379,6 +384,7 @@ def test_one_5xx_then_ok_is_absorbed_by_the_endpoint(
     assert [(r.status_code, r.attempts) for r in result.requests] == [(200, 2)]
 
 
+@pytest.mark.both_generations
 def test_an_unreachable_provider_is_named_with_its_url(workdir: Path, settings: Settings) -> None:
     result = run(
         "Hi",
@@ -396,6 +402,7 @@ def test_an_unreachable_provider_is_named_with_its_url(workdir: Path, settings: 
     assert record.duration_s < 30  # a few quick retries, not OpenCode's minutes
 
 
+@pytest.mark.both_generations
 def test_a_missing_provider_key_is_named_before_any_model_call(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -410,6 +417,7 @@ def test_a_missing_provider_key_is_named_before_any_model_call(
     assert raised.value.check == "key" and upstream.requests == []
 
 
+@pytest.mark.both_generations
 def test_a_model_without_a_provider_is_named_with_a_suggestion_before_any_model_call(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -444,6 +452,7 @@ def test_a_model_without_a_provider_is_named_with_a_suggestion_before_any_model_
     assert upstream.requests == []
 
 
+@pytest.mark.both_generations
 def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -491,6 +500,7 @@ def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
         run("Again", model="openai/gpt-4o-mini", workdir=workdir, session_id=result.session_id, settings=settings)
 
 
+@pytest.mark.both_generations
 def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -514,10 +524,11 @@ def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
     } in result.to_dict()["events"]
 
 
+@pytest.mark.both_generations
 def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     planned = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -530,7 +541,7 @@ def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
     assert not (workdir / "hello.py").exists()  # plan forbids edits
     [refused] = [e for e in planned.events if isinstance(e, ToolResult)]
     assert refused.is_error and refused.native_tool == "write"
-    upstream.script(*write_then_answer(workdir / "hello.py"))
+    upstream.script(*write_then_answer(workdir / "hello.py", generation))
     allowed = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -546,18 +557,19 @@ def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
         run("Hi", model="openai/gpt-4o-mini", workdir=workdir, agent="plna", settings=settings)
 
 
+@pytest.mark.both_generations
 def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_far(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
 ) -> None:
     upstream.script(
         Reply(
             text="Step one: writing a.txt.",
-            tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})],
+            tool_calls=[tools.write(generation, str(workdir / "a.txt"), "a")],
             usage=usage(100, 5),
         ),
         Reply(
             text="Step two.",
-            tool_calls=[ToolCall("write", {"filePath": str(workdir / "b.txt"), "content": "b"})],
+            tool_calls=[tools.write(generation, str(workdir / "b.txt"), "b")],
             usage=usage(200, 5),
         ),
         Reply(text="All done.", usage=usage(300, 5)),
@@ -634,6 +646,8 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
 MCP_SERVER = Path(__file__).parents[1] / "data" / "mcp_server.py"
 
 
+# 1.18 only: OpenCode 2.1.2 connects the server ("mcp connected ... tools=1" in its log) but never
+# offers its tools to the model, in any mode; a run on 2.x warns that the server offered none.
 def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -715,3 +729,36 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_on_opencode_2_every_key_of_the_config_is_read_and_the_instructions_reach_the_model(
+    opencode2_bin: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    """OpenCode 2 drops a config value it cannot read silently (a permission block so dropped
+    leaves everything allowed), and reads no `instructions`: the run's config, with every part a
+    run can give, leaves no diagnostic in OpenCode's log, and the instructions are in the prompt."""
+    skill = workdir.parent / "skills" / "greeting"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: greeting\ndescription: How to greet.\n---\nSay hello.\n")
+    upstream.script(Reply(text="Hello."))
+    result = run(
+        "Hi",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-provider",
+        workdir=workdir,
+        permissions="edit",
+        disable_tools=["web_search"],
+        instructions="Always answer in French.",
+        skills=[skill],
+        small_model="openai/gpt-4o",
+        settings=settings.replace(opencode_bin=opencode2_bin),
+    )
+    assert result.ok, result.error
+    prompt = json.dumps(upstream.requests[0]["body"]["messages"])
+    assert "Always answer in French." in prompt and "greeting" in prompt
+    [log] = (settings.data_dir / "sessions" / str(result.session_id)).rglob("opencode.log")
+    text = log.read_text()
+    assert "configuration normalization diagnostic" not in text, [
+        line for line in text.splitlines() if "diagnostic" in line
+    ]
