@@ -90,6 +90,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("generation", [1, 2] if both else [1], ids=lambda n: f"opencode{n}", scope="session")
 
 
+SERVICE_PORT = 49374  # OpenCode 2's background service (channel `latest`)
+
+
+def opencode_services() -> list[str]:
+    """What is left of OpenCode 2's background service: a listener on its port, a `serve
+    --service` process (empty when none)."""
+    left = (
+        [f"listening on 127.0.0.1:{SERVICE_PORT}"]
+        if f":{SERVICE_PORT:04X} " in Path("/proc/net/tcp").read_text()
+        else []
+    )
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"serve\0--service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                left.append(f"process {pid}: opencode serve --service")
+        except OSError:
+            continue
+    return left
+
+
+@pytest.fixture(autouse=True)
+def _no_opencode_service_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test that runs OpenCode, whatever it did (a run, a killed run, doctor, a
+    launch), no OpenCode 2 service lives on: every command we start is `--standalone`."""
+    yield
+    if {"opencode_bin", "opencode2_bin"} & set(request.fixturenames):
+        assert opencode_services() == [], "an OpenCode 2 service outlived the test"
+
+
 @pytest.fixture(scope="session")
 def opencode_bin(generation: int) -> str:
     """The real OpenCode binary of the test's generation: 1.18 (npm opencode-ai), or 2 (npm

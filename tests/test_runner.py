@@ -149,3 +149,21 @@ def test_a_run_that_made_no_request_cost_zero_in_its_result_its_row_and_the_repo
     row = sqlite3.connect(settings.ledger_location.path).execute("SELECT requests, cost FROM runs").fetchone()
     assert row == (0, 0.0)
     assert build_report(settings.ledger_location, by="run").total.cost == 0.0
+
+
+@pytest.mark.parametrize(
+    ("sample", "requests"), [("tool_shell", 2), ("tool_parallel", 2), ("text_slow_no_step_finish", 1)]
+)
+def test_an_opencode_2_recording_replays_one_request_a_step_though_its_last_step_has_no_start(
+    upstream: ScriptedUpstream, settings: Settings, workdir: Path, sample: str, requests: int
+) -> None:
+    """OpenCode 2's stream leaves out its last step's step_start (../shared/facts/opencode2.md §4):
+    a step still begins after each step_finish."""
+    recording = RecordedOpenCode.from_file(Path(__file__).parent / "data" / "opencode2-samples" / f"{sample}.jsonl")
+    upstream.script(*[Reply(text="ok", usage=usage(100, 5))] * requests)
+    result = _run(upstream, settings, workdir, recording)
+    assert result.ok, result.error
+    assert len(upstream.requests) == requests == len(recording.steps)
+    tools = {(e.tool, e.native_tool) for e in result.events if type(e).__name__ == "ToolCall"}
+    assert tools == (set() if sample.startswith("text") else {("bash", "shell")})
+    assert result.text

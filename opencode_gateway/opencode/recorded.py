@@ -7,7 +7,8 @@ the ledger, the conclusion. For tests of code that runs OpenCode, without OpenCo
     from opencode_gateway import RecordedOpenCode, run
     result = run("Say hello", model="openai/gpt-4o-mini", opencode=RecordedOpenCode.from_file("hello.jsonl"))
 
-A recording is what `opencode run --format json` wrote to stdout, one event a line.
+A recording is what `opencode run --format json` wrote to stdout, one event a line (1.18's or
+2.x's).
 """
 
 from __future__ import annotations
@@ -36,14 +37,17 @@ class RecordedOpenCode:
 
     @classmethod
     def from_lines(cls, lines: Sequence[str]) -> RecordedOpenCode:
-        """The recording cut where OpenCode made a request: at each step's start, or at an error
-        that came without one."""
+        """The recording cut where OpenCode made a request: at each step's start, and after each
+        step's finish (an error that came without a step; OpenCode 2's last step, whose
+        `step_start` its stream leaves out)."""
         steps: list[list[str]] = []
+        finished = False
         for line in (line for line in lines if line.strip()):
             kind = json.loads(line)["type"]
-            if kind == "step_start" or not steps or (kind == "error" and '"step_finish"' in steps[-1][-1]):
+            if kind == "step_start" or not steps or finished:
                 steps.append([])
             steps[-1].append(line)
+            finished = kind == "step_finish"
         return cls(tuple(tuple(step) for step in steps))
 
     @classmethod

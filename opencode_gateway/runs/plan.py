@@ -119,11 +119,10 @@ def check_writable(data_dir: Path) -> None:
 
 
 def _binary(settings: Settings, stand_in: Callable[..., OpenCodeProcess] | None) -> OpenCodeBinary:
-    """The OpenCode a run starts; a stand-in's is of the generation it says it replays."""
+    """The OpenCode a run starts (a stand-in starts none: the default generation's config)."""
     if stand_in is None:
         return find_opencode(settings.opencode_bin, settings.data_dir)
-    generation = getattr(stand_in, "generation", DEFAULT)
-    return OpenCodeBinary("opencode", generation.pinned, generation)
+    return OpenCodeBinary("opencode", DEFAULT.pinned, DEFAULT)
 
 
 def prepare(prompt: str, **options: Unpack[RunOptions]) -> Plan:

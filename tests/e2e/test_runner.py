@@ -28,6 +28,7 @@ from opencode_gateway.errors import (
 )
 from opencode_gateway.opencode.lines import Reasoning, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
+from tests.conftest import opencode_services
 from tests.support import tools
 from tests.support.inspection import opencode_as_seen
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
@@ -717,18 +718,9 @@ def test_a_cli_run_leaves_no_opencode_service_behind(
     )  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["text"] == "Hello."
-    assert f":{49374:04X} " not in Path("/proc/net/tcp").read_text(), "an OpenCode service listens"
-    services = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if b"serve\0--service" in _cmdline(pid)]
-    assert services == []
+    assert opencode_services() == []
     assert not list(workdir.rglob("service.json")) and not list(tmp_path.rglob("service.json"))
     assert not list(Path(os.environ["OPENCODE_GATEWAY_HOME"]).rglob("service.json"))
-
-
-def _cmdline(pid: str) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_on_opencode_2_every_key_of_the_config_is_read_and_the_instructions_reach_the_model(
