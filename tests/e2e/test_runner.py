@@ -26,7 +26,7 @@ from opencode_gateway.errors import (
     TurnLimitReached,
     UpstreamError,
 )
-from opencode_gateway.opencode.lines import Reasoning, ToolResult
+from opencode_gateway.opencode.lines import Reasoning, StepFinish, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from tests.conftest import opencode_services
 from tests.support import tools
@@ -115,6 +115,9 @@ def test_usage_and_cost_are_the_upstreams_summed_at_litellms_price(
     assert result.cost == pytest.approx(expected, rel=1e-12)
     assert {r.cost.source for r in result.requests} == {"litellm"}
     assert result.warnings == ()
+    # OpenCode's own cost display (a step's cost) says what the ledger says: its config has our prices.
+    [first_step, *_] = [e.cost for e in result.events if isinstance(e, StepFinish)]
+    assert first_step == pytest.approx(result.requests[0].cost.usd, rel=1e-6)
 
 
 @pytest.mark.both_generations
