@@ -82,12 +82,13 @@ def _installed(variable: str, pinned: Path) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Which OpenCode a test that runs one gets: 1.18, and OpenCode 2 as well for a test marked
-    `both_generations` (its model's script then says each generation's tool names:
-    tests/support/tools.py). A test not yet marked runs on 1.18 only."""
+    """Which OpenCode a test that runs one gets: 1.18 and OpenCode 2 alike (the `generation`
+    parameter: its scripted model calls the tools each offers, scripted_upstream.spoken), but
+    for a test marked `only_generation(n, why)`, which says why the other does not apply."""
     if "generation" in metafunc.fixturenames:
-        both = metafunc.definition.get_closest_marker("both_generations") is not None
-        metafunc.parametrize("generation", [1, 2] if both else [1], ids=lambda n: f"opencode{n}", scope="session")
+        only = metafunc.definition.get_closest_marker("only_generation")
+        numbers = [only.args[0]] if only else [1, 2]
+        metafunc.parametrize("generation", numbers, ids=lambda n: f"opencode{n}", scope="session")
 
 
 SERVICE_PORT = 49374  # OpenCode 2's background service (channel `latest`)

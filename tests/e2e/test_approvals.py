@@ -23,8 +23,7 @@ from opencode_gateway.approvals.policy import ApprovalRequest
 from opencode_gateway.config.settings import Settings
 from opencode_gateway.events import ApprovalAnswered, ApprovalAsked
 from opencode_gateway.opencode.lines import ToolResult
-from tests.support import tools
-from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI
 from tests.support.tmux import Terminal
 
@@ -33,8 +32,8 @@ pytestmark = pytest.mark.e2e
 POLICY = {"rules": {"bash": {"touch *": "allow", "rm *": "deny"}}, "default": "deny"}
 
 
-def _bash(*commands: str, generation: int = 1) -> Reply:
-    calls = [tools.shell(generation, c, description=f"step {n}") for n, c in enumerate(commands)]
+def _bash(*commands: str) -> Reply:
+    calls = [ToolCall("bash", {"command": c, "description": f"step {n}"}) for n, c in enumerate(commands)]
     return Reply(tool_calls=calls, usage=usage(100, 5))
 
 
@@ -73,15 +72,12 @@ def _run(upstream: ScriptedUpstream, workdir: Path, settings: Settings, **option
     )
 
 
-@pytest.mark.both_generations
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_policy_lets_the_allowed_command_run_and_the_denied_one_never_runs(
-    sandbox: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    sandbox: str, upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     (workdir / "keep.txt").write_text("kept")
-    upstream.script(
-        _bash("touch made.txt", "rm -f keep.txt", generation=generation), Reply(text="done", usage=usage(200, 5))
-    )
+    upstream.script(_bash("touch made.txt", "rm -f keep.txt"), Reply(text="done", usage=usage(200, 5)))
     result = _run(upstream, workdir, settings.replace(sandbox=sandbox), approvals=POLICY)
     assert result.ok, result.error
     assert (workdir / "made.txt").exists()
@@ -95,9 +91,8 @@ def test_a_policy_lets_the_allowed_command_run_and_the_denied_one_never_runs(
     assert [e.output for e in denied] == ["denied by the host: the rule bash 'rm *' says deny"]
 
 
-@pytest.mark.both_generations
 def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denies(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     asked: list[ApprovalRequest] = []
 
@@ -110,7 +105,7 @@ def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denie
         raise RuntimeError("the reviewer is out")
 
     upstream.script(
-        _bash("touch first.txt", "touch second.txt", "touch third.txt", generation=generation),
+        _bash("touch first.txt", "touch second.txt", "touch third.txt"),
         Reply(text="done", usage=usage(200, 5)),
     )
     result = _run(upstream, workdir, settings, approvals={"default": "ask"}, approve=approve)
@@ -126,11 +121,10 @@ def test_a_callback_decides_what_the_policy_asks_about_and_one_that_raises_denie
     assert _told(upstream, "the approval callback failed: RuntimeError: the reviewer is out")
 
 
-@pytest.mark.both_generations
 def test_with_no_one_to_ask_a_headless_run_denies_and_goes_on(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    upstream.script(_bash("echo hi > hi.txt", generation=generation), Reply(text="could not", usage=usage(200, 5)))
+    upstream.script(_bash("echo hi > hi.txt"), Reply(text="could not", usage=usage(200, 5)))
     result = _run(upstream, workdir, settings, approvals={"default": "ask"})
     assert result.ok and result.text == "could not"
     assert not (workdir / "hi.txt").exists()
@@ -138,13 +132,12 @@ def test_with_no_one_to_ask_a_headless_run_denies_and_goes_on(
     assert (answer.decision, answer.by) == ("deny", "host")
 
 
-@pytest.mark.both_generations
 def test_the_cli_takes_a_policy_file_and_reports_the_asks_in_json(
-    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, generation: int, tmp_path: Path
+    upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
 ) -> None:
     policy = tmp_path / "approve.yaml"
     policy.write_text('approvals:\n  rules:\n    bash: {"touch *": allow}\n  default: deny\n')
-    upstream.script(_bash("touch yes.txt", "mkdir no", generation=generation), Reply(text="done", usage=usage(200, 5)))
+    upstream.script(_bash("touch yes.txt", "mkdir no"), Reply(text="done", usage=usage(200, 5)))
     result = subprocess.run(
         [*CLI, "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url, "--api-key", "sk-x"]
         + ["--opencode-bin", opencode_bin, "--workdir", str(workdir), "--ledger", str(tmp_path / "ledger.db")]
@@ -274,9 +267,8 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
     assert _asks_reported(tmp_path / "ledger.db") == (5, 3, 2)
 
 
-@pytest.mark.both_generations
 def test_arun_takes_an_async_callback_and_the_mode_denies_before_it_is_asked(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     """In read-only, OpenCode is not offered bash: the callback is never asked about it."""
     asked: list[str] = []
@@ -287,8 +279,8 @@ def test_arun_takes_an_async_callback_and_the_mode_denies_before_it_is_asked(
         return "allow"
 
     upstream.script(
-        Reply(tool_calls=[tools.read(generation, str(workdir / "a.txt"))], usage=usage(100, 5)),
-        _bash("touch made.txt", generation=generation),
+        Reply(tool_calls=[ToolCall("read", {"filePath": str(workdir / "a.txt")})], usage=usage(100, 5)),
+        _bash("touch made.txt"),
         Reply(text="done", usage=usage(200, 5)),
     )
     (workdir / "a.txt").write_text("a")

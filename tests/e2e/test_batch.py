@@ -14,16 +14,14 @@ from typing import Any
 
 import pytest
 
-from tests.support import tools
-from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 CLI = [sys.executable, "-m", "opencode_gateway"]
 
 
-@pytest.mark.both_generations
 def test_six_tasks_three_at_a_time_one_fails_and_resume_reruns_only_it(
-    upstream: ScriptedUpstream, opencode_bin: str, generation: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "work"
     broken = {"t4"}
@@ -35,7 +33,7 @@ def test_six_tasks_three_at_a_time_one_fails_and_resume_reruns_only_it(
             return Reply(status=401, error="key revoked")
         if not any(m["role"] == "tool" for m in body["messages"]):
             return Reply(
-                tool_calls=[tools.write(generation, str(root / task / "result.txt"), task)],
+                tool_calls=[ToolCall("write", {"filePath": str(root / task / "result.txt"), "content": task})],
                 usage=usage(1000, 20),
             )
         return Reply(text=f"{task} done", usage=usage(1200, 10))

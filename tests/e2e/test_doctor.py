@@ -83,7 +83,6 @@ def test_a_team_ledger_is_checked_by_connecting_and_its_password_is_never_printe
         assert "llmproxy:***@" in result.stdout
 
 
-@pytest.mark.both_generations
 def test_doctor_names_the_generation_of_the_opencode_it_found_and_leaves_no_service(
     opencode_bin: str, generation: int, tmp_path: Path
 ) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from opencode_gateway.accounting.ledger import LedgerLocation
-from tests.support import tools
 from tests.support.ledger import select
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
@@ -65,9 +64,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.both_generations
 def test_four_tasks_on_ray_one_fails_every_run_once_in_the_drivers_ledger(
-    upstream: ScriptedUpstream, opencode_bin: str, generation: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    upstream: ScriptedUpstream, opencode_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def answer(body: dict[str, Any]) -> Reply:
         task = _task_of(body)
@@ -75,7 +73,9 @@ def test_four_tasks_on_ray_one_fails_every_run_once_in_the_drivers_ledger(
             return Reply(status=401, error="key revoked")
         if not any(m["role"] == "tool" for m in body["messages"]):
             return Reply(
-                tool_calls=[tools.write(generation, str(tmp_path / "work" / task / "out.txt"), task)],
+                tool_calls=[
+                    ToolCall("write", {"filePath": str(tmp_path / "work" / task / "out.txt"), "content": task})
+                ],
                 usage=usage(1000, 20),
             )
         return Reply(text=f"{task} done", usage=usage(1200, 10))

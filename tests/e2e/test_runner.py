@@ -29,29 +29,25 @@ from opencode_gateway.errors import (
 from opencode_gateway.opencode.lines import Reasoning, StepFinish, ToolResult
 from opencode_gateway.opencode.lines import ToolCall as ToolCallEvent
 from tests.conftest import opencode_services
-from tests.support import tools
 from tests.support.inspection import opencode_as_seen
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
 
 
-def write_then_answer(path: Path, generation: int = 1) -> list[Reply]:
+def write_then_answer(path: Path) -> list[Reply]:
     return [
         Reply(
             text="Writing the file.",
-            tool_calls=[tools.write(generation, str(path), "print('hi')\n")],
+            tool_calls=[ToolCall("write", {"filePath": str(path), "content": "print('hi')\n"})],
             usage=usage(1000, 40),
         ),
         Reply(text="Done: hello.py is written.", usage=usage(1300, 12)),
     ]
 
 
-@pytest.mark.both_generations
-def test_edit_mode_writes_the_file(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
-) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+def test_edit_mode_writes_the_file(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -73,11 +69,8 @@ def test_edit_mode_writes_the_file(
     assert result.session_id and result.session_id.startswith("ses_")
 
 
-@pytest.mark.both_generations
-def test_read_only_mode_refuses_the_same_write(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
-) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+def test_read_only_mode_refuses_the_same_write(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -95,11 +88,10 @@ def test_read_only_mode_refuses_the_same_write(
     assert "read" in offered
 
 
-@pytest.mark.both_generations
 def test_usage_and_cost_are_the_upstreams_summed_at_litellms_price(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -120,11 +112,10 @@ def test_usage_and_cost_are_the_upstreams_summed_at_litellms_price(
     assert first_step == pytest.approx(result.requests[0].cost.usd, rel=1e-6)
 
 
-@pytest.mark.both_generations
 def test_gateway_mode_sends_tags_and_metadata_never_opencodes_token(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run(
         "Write hello.py",
         model="litellm_proxy/team-coder",
@@ -149,9 +140,8 @@ def test_gateway_mode_sends_tags_and_metadata_never_opencodes_token(
     assert result.cost is None and any("team-coder" in w for w in result.warnings)
 
 
-@pytest.mark.both_generations
 def test_a_hostile_project_config_changes_nothing(
-    upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, hostile_upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     hostile = {
         "provider": {
@@ -177,7 +167,7 @@ def test_a_hostile_project_config_changes_nothing(
         f"export const Evil = async () => {{ fs.writeFileSync({json.dumps(str(marker))}, 'x'); return {{}}; }};\n"
     )
     (workdir / "AGENTS.md").write_text("HOSTILE-INSTRUCTIONS")
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     result = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -196,7 +186,6 @@ def test_a_hostile_project_config_changes_nothing(
     assert "HOSTILE-INSTRUCTIONS" not in json.dumps(upstream.requests[0]["body"]["messages"])
 
 
-@pytest.mark.both_generations
 def test_secrets_never_reach_opencode(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -227,7 +216,6 @@ def test_secrets_never_reach_opencode(
     assert b"Look" not in seen["cmdline"]  # the prompt goes on stdin, not argv
 
 
-@pytest.mark.both_generations
 def test_an_upstream_error_fails_the_run_with_its_status(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -242,7 +230,6 @@ def test_an_upstream_error_fails_the_run_with_its_status(
         result.raise_for_error()
 
 
-@pytest.mark.both_generations
 def test_the_timeout_kills_opencode(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     upstream.script(Reply(text="slow " * 240, chunk_delay=0.5))  # two minutes of stream
     result = run(
@@ -258,7 +245,6 @@ def test_the_timeout_kills_opencode(upstream: ScriptedUpstream, workdir: Path, s
     assert result.duration_s < 60
 
 
-@pytest.mark.both_generations
 def test_a_session_is_continued(upstream: ScriptedUpstream, workdir: Path, settings: Settings) -> None:
     upstream.script(Reply(text="The secret word is PAPAYA."))
     first = run(
@@ -285,7 +271,6 @@ def test_a_session_is_continued(upstream: ScriptedUpstream, workdir: Path, setti
     assert "Remember PAPAYA" in history and "The secret word is PAPAYA." in history
 
 
-@pytest.mark.both_generations
 def test_a_session_is_not_continued_from_another_folder(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, tmp_path: Path
 ) -> None:
@@ -341,7 +326,6 @@ def test_a_session_is_not_continued_from_another_folder(
     assert upstream.requests == []  # nothing started
 
 
-@pytest.mark.both_generations
 def test_problems_before_the_start_raise(workdir: Path, settings: Settings, tmp_path: Path) -> None:
     with pytest.raises(OpenCodeNotFound, match="opencode-gateway install-opencode"):
         run("Hi", model="openai/gpt-4o-mini", workdir=workdir, opencode_bin=str(tmp_path / "no-such-opencode"))
@@ -351,7 +335,6 @@ def test_problems_before_the_start_raise(workdir: Path, settings: Settings, tmp_
         run("Hi", model="openai/gpt-4o-mini", workdir=tmp_path / "absent", settings=settings)
 
 
-@pytest.mark.both_generations
 def test_a_persistent_5xx_is_retried_by_the_endpoint_then_ends_the_run_at_once(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -371,7 +354,6 @@ def test_a_persistent_5xx_is_retried_by_the_endpoint_then_ends_the_run_at_once(
     assert result.duration_s < 30  # OpenCode alone takes ~70 s to give up
 
 
-@pytest.mark.both_generations
 def test_one_5xx_then_ok_is_absorbed_by_the_endpoint(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -388,7 +370,6 @@ def test_one_5xx_then_ok_is_absorbed_by_the_endpoint(
     assert [(r.status_code, r.attempts) for r in result.requests] == [(200, 2)]
 
 
-@pytest.mark.both_generations
 def test_an_unreachable_provider_is_named_with_its_url(workdir: Path, settings: Settings) -> None:
     result = run(
         "Hi",
@@ -406,7 +387,6 @@ def test_an_unreachable_provider_is_named_with_its_url(workdir: Path, settings: 
     assert record.duration_s < 30  # a few quick retries, not OpenCode's minutes
 
 
-@pytest.mark.both_generations
 def test_a_missing_provider_key_is_named_before_any_model_call(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -421,7 +401,6 @@ def test_a_missing_provider_key_is_named_before_any_model_call(
     assert raised.value.check == "key" and upstream.requests == []
 
 
-@pytest.mark.both_generations
 def test_a_model_without_a_provider_is_named_with_a_suggestion_before_any_model_call(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -456,7 +435,6 @@ def test_a_model_without_a_provider_is_named_with_a_suggestion_before_any_model_
     assert upstream.requests == []
 
 
-@pytest.mark.both_generations
 def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -504,7 +482,6 @@ def test_kept_sessions_are_listed_pruned_after_keep_sessions_days_and_on_demand(
         run("Again", model="openai/gpt-4o-mini", workdir=workdir, session_id=result.session_id, settings=settings)
 
 
-@pytest.mark.both_generations
 def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -528,11 +505,10 @@ def test_reasoning_the_model_streams_is_a_reasoning_event_of_the_result(
     } in result.to_dict()["events"]
 
 
-@pytest.mark.both_generations
 def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     planned = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -545,7 +521,7 @@ def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
     assert not (workdir / "hello.py").exists()  # plan forbids edits
     [refused] = [e for e in planned.events if isinstance(e, ToolResult)]
     assert refused.is_error and refused.native_tool == "write"
-    upstream.script(*write_then_answer(workdir / "hello.py", generation))
+    upstream.script(*write_then_answer(workdir / "hello.py"))
     allowed = run(
         "Write hello.py",
         model="openai/gpt-4o-mini",
@@ -561,19 +537,18 @@ def test_the_plan_agent_keeps_its_own_restrictions_unless_permissions_are_given(
         run("Hi", model="openai/gpt-4o-mini", workdir=workdir, agent="plna", settings=settings)
 
 
-@pytest.mark.both_generations
 def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_far(
-    upstream: ScriptedUpstream, workdir: Path, settings: Settings, generation: int
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     upstream.script(
         Reply(
             text="Step one: writing a.txt.",
-            tool_calls=[tools.write(generation, str(workdir / "a.txt"), "a")],
+            tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.txt"), "content": "a"})],
             usage=usage(100, 5),
         ),
         Reply(
             text="Step two.",
-            tool_calls=[tools.write(generation, str(workdir / "b.txt"), "b")],
+            tool_calls=[ToolCall("write", {"filePath": str(workdir / "b.txt"), "content": "b"})],
             usage=usage(200, 5),
         ),
         Reply(text="All done.", usage=usage(300, 5)),
@@ -650,8 +625,9 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
 MCP_SERVER = Path(__file__).parents[1] / "data" / "mcp_server.py"
 
 
-# 1.18 only: OpenCode 2.1.2 connects the server ("mcp connected ... tools=1" in its log) but never
-# offers its tools to the model, in any mode; a run on 2.x warns that the server offered none.
+@pytest.mark.only_generation(
+    1, "OpenCode 2.1.2 connects the server ('mcp connected ... tools=1' in its log) but never offers its tools"
+)
 def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
@@ -706,13 +682,14 @@ def test_an_mcp_server_that_cannot_start_is_an_error_before_the_run_or_a_warning
     assert any("mcp server 'lookup' offered no tools" in warning for warning in result.warnings)
 
 
-@pytest.mark.both_generations
 def test_a_cli_run_leaves_no_opencode_service_behind(
-    opencode_bin: str, generation: int, upstream: ScriptedUpstream, workdir: Path, tmp_path: Path
+    opencode_bin: str, upstream: ScriptedUpstream, workdir: Path, tmp_path: Path
 ) -> None:
     """OpenCode 2's `run` without `--standalone` would leave `serve --service` listening on
     127.0.0.1:49374 after it ended, holding its password in a service.json."""
-    upstream.script(Reply(tool_calls=[tools.shell(generation, "echo hi")]), Reply(text="Hello."))
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "run it"})]), Reply(text="Hello.")
+    )
     cli = subprocess.run(
         [sys.executable, "-m", "opencode_gateway", "run", "-m", "openai/gpt-4o-mini", "--api-base", upstream.url,
          "--api-key", "sk-x", "--workdir", str(workdir), "--opencode-bin", opencode_bin,

@@ -17,24 +17,21 @@ import httpx
 import pytest
 
 from opencode_gateway import _litellm
-from tests.support import tools
-from tests.support.scripted_upstream import Reply, ScriptedUpstream, usage
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 from tests.support.serving import CLI, launch, sessions
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.both_generations
 def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
     server: subprocess.Popen[str],
     upstream: ScriptedUpstream,
     env: dict[str, str],
     gateway_home: Path,
     workdir: Path,
-    generation: int,
 ) -> None:
     upstream.script(
-        Reply(tool_calls=[tools.shell(generation, "echo hi")], usage=usage(1000, 40)),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi", "description": "run it"})], usage=usage(1000, 40)),
         Reply(text="First done.", usage=usage(1300, 12)),
         Reply(text="Second done.", usage=usage(800, 5)),
     )
@@ -96,7 +93,6 @@ def test_two_opencode_sessions_through_one_server_are_two_ledger_runs(
     assert groups[session_a]["requests"] == 2 and groups[session_b]["requests"] == 1
 
 
-@pytest.mark.both_generations
 def test_env_prints_exports_without_secrets(
     server: subprocess.Popen[str], env: dict[str, str], gateway_home: Path, workdir: Path
 ) -> None:
@@ -171,7 +167,6 @@ def test_serve_exits_at_once_on_sigterm_after_litellm_served(
     assert (requests, stop_reason) == (1, "done")  # closed before the exit, not lost by it
 
 
-@pytest.mark.both_generations
 def test_a_title_call_goes_to_the_small_model_and_is_recorded_with_its_purpose_and_price(
     server: subprocess.Popen[str],
     upstream: ScriptedUpstream,

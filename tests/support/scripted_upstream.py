@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import json
 import re
 import socket
@@ -163,6 +164,34 @@ class CachingClaude:
         return Reply(text="All ten steps done.", usage=usage)
 
 
+# The same tool as each OpenCode generation offers it (1.18 -> 2.x), and its arguments' names.
+_SPELLINGS = {"bash": "shell", "task": "subagent"}
+_ARGUMENTS = {"filePath": "path", "subagent_type": "agent"}
+_DROPPED = {"shell": {"description"}}  # 1.18's bash takes a description; 2.x's shell does not
+
+
+def spoken(reply: Reply, body: Mapping[str, Any]) -> Reply:
+    """The reply's tool calls in the spelling of the tools the request offered, as a model calls
+    what it is offered: a script written for one OpenCode generation runs on the other (1.18's
+    `bash` with `filePath` arguments, 2.x's `shell` with `path`). A call of a tool offered in
+    neither spelling is left as written."""
+    offered = {tool.get("function", {}).get("name") for tool in body.get("tools") or () if isinstance(tool, Mapping)}
+    if not reply.tool_calls or not offered:
+        return reply
+    second = not offered & set(_SPELLINGS) and bool(offered & set(_SPELLINGS.values()))
+    if not second:
+        return reply
+    calls = []
+    for call in reply.tool_calls:
+        name = _SPELLINGS.get(call.name, call.name)
+        if name not in offered:
+            calls.append(call)
+            continue
+        arguments = {_ARGUMENTS.get(key, key): value for key, value in call.arguments.items()}
+        calls.append(ToolCall(name, {k: v for k, v in arguments.items() if k not in _DROPPED.get(name, ())}))
+    return dataclasses.replace(reply, tool_calls=calls)
+
+
 ReplySource = Reply | Callable[[Mapping[str, Any]], Reply]
 FALLBACK = Reply(text="(scripted upstream: no reply was scripted for this request)")
 
@@ -248,7 +277,7 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
-        reply = self._next_reply(body)
+        reply = spoken(self._next_reply(body), body)
         if reply.hang:
             deadline = asyncio.get_running_loop().time() + reply.hang
             while asyncio.get_running_loop().time() < deadline and not (reply.until and reply.until()):

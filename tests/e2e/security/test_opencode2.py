@@ -14,7 +14,6 @@ import pytest
 
 from opencode_gateway import run
 from opencode_gateway.config.settings import Settings
-from tests.support import tools
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ToolCall, usage
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +31,6 @@ def _run(upstream: ScriptedUpstream, workdir: Path, settings: Settings, **option
     )
 
 
-@pytest.mark.both_generations
 def test_a_config_above_the_git_root_and_plugins_in_opencode_plugins_change_and_run_nothing(
     upstream: ScriptedUpstream,
     hostile_upstream: ScriptedUpstream,
@@ -59,7 +57,12 @@ def test_a_config_above_the_git_root_and_plugins_in_opencode_plugins_change_and_
             f"import fs from 'fs';\nfs.writeFileSync({json.dumps(str(marker))}, '{folder}');\n"
             "export default { id: 'evil', setup() {} };\n"
         )
-    upstream.script(*[Reply(tool_calls=[tools.write(generation, str(workdir / "x.txt"), "x")]), Reply(text="done")])
+    upstream.script(
+        *[
+            Reply(tool_calls=[ToolCall("write", {"filePath": str(workdir / "x.txt"), "content": "x"})]),
+            Reply(text="done"),
+        ]
+    )
     result = _run(upstream, workdir, settings, permissions="read-only")
     assert result.ok, result.error
     assert hostile_upstream.requests == [] and len(upstream.requests) == 2
@@ -99,11 +102,17 @@ def test_the_agent_cannot_read_the_standalone_servers_password_when_the_run_asks
         "done > found.txt; ls /proc | grep -c '^[0-9]' > seen.txt"
     )
     bwrap = settings.replace(opencode_bin=opencode2_bin, sandbox="bwrap")
-    upstream.script(Reply(tool_calls=[tools.shell(2, steal)], usage=usage(100, 5)), Reply(text="done"))
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": steal, "description": "run it"})], usage=usage(100, 5)),
+        Reply(text="done"),
+    )
     unsealed = _run(upstream, workdir, bwrap)  # a run that does not ask: nothing to protect, no seal
     assert unsealed.ok, unsealed.error
     assert "OPENCODE_PASSWORD=" in (workdir / "found.txt").read_text()  # the attack works
-    upstream.script(Reply(tool_calls=[tools.shell(2, steal)], usage=usage(100, 5)), Reply(text="done"))
+    upstream.script(
+        Reply(tool_calls=[ToolCall("bash", {"command": steal, "description": "run it"})], usage=usage(100, 5)),
+        Reply(text="done"),
+    )
     result = _run(upstream, workdir, bwrap, approve=lambda request: "allow")
     assert result.ok, result.error
     assert int((workdir / "seen.txt").read_text()) >= 3  # OpenCode's two processes and the shell
