@@ -6,6 +6,7 @@ webfetch rule, and the standalone server's API password in its environment."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,52 @@ def test_the_agent_cannot_read_the_standalone_servers_password_when_the_run_asks
     assert result.ok, result.error
     assert int((workdir / "seen.txt").read_text()) >= 3  # OpenCode's two processes and the shell
     assert "OPENCODE_PASSWORD" not in (workdir / "found.txt").read_text()
+
+
+def test_a_config_opencode_2_drops_leaves_it_no_provider_to_fall_back_to(opencode2_bin: str, tmp_path: Path) -> None:
+    """OpenCode 2 drops a config it cannot read silently and, with no usable model, calls
+    opencode.ai. Our environment leaves it none: with the run's config malformed on purpose, a
+    proxy that records every connection OpenCode opens sees none, and OpenCode says no model is
+    available."""
+    import socket
+    import threading
+
+    from opencode_gateway.opencode.config import build_env, make_private_dirs
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    seen: list[bytes] = []
+    done = threading.Event()
+
+    def record() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            with connection:
+                connection.settimeout(2)
+                seen.append(connection.recv(4096).split(b"\r\n")[0])
+
+    recorder = threading.Thread(target=record, daemon=True)
+    recorder.start()
+    private, work = tmp_path / "private", tmp_path / "work"
+    make_private_dirs(private)
+    work.mkdir()
+    env = build_env({"PATH": os.environ["PATH"]}, private_dir=private, data_dir=private / "data", config={})
+    proxy = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    env.update(OPENCODE_CONFIG_CONTENT="{not json", PWD=str(work), HTTPS_PROXY=proxy, HTTP_PROXY=proxy)
+    try:
+        done_run = subprocess.run(
+            [opencode2_bin, "run", "--standalone", "--format", "json", "--title", "t", "hi"],
+            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        done.set()
+        recorder.join(5)
+        listener.close()
+    assert seen == [], seen
+    errors = [json.loads(line)["error"] for line in done_run.stdout.splitlines() if '"error"' in line]
+    assert done_run.returncode == 1 and errors and errors[0]["type"] == "provider.no-route", done_run.stdout
