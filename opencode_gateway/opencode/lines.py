@@ -155,11 +155,24 @@ def _tool_events(session_id: str | None, part: Mapping[str, Any]) -> list[Event]
             native_tool=native,
             output=str(output or ""),
             is_error=is_error,
-            title=str(state.get("title") or ""),
+            title=_title(state, tool_input, native),
             started_at=_seconds(_mapping(state.get("time")).get("start")),
             ended_at=_seconds(_mapping(state.get("time")).get("end")),
         ),
     ]
+
+
+# What OpenCode 2 titles a call by (1.18 titles it itself, by its description or path): the first
+# of these arguments the call has.
+_TITLED_BY = ("command", "path", "pattern", "url", "query", "id")
+
+
+def _title(state: Mapping[str, Any], tool_input: Mapping[str, Any], native: str) -> str:
+    """A call's title: OpenCode's own, but where 2.x says only the tool's name, what it acted on."""
+    title = str(state.get("title") or "")
+    if title and title != native:
+        return title
+    return next((value for key in _TITLED_BY if isinstance(value := tool_input.get(key), str) and value), title)
 
 
 def _seconds(milliseconds: Any) -> float | None:

@@ -10,6 +10,13 @@ message is that instruction. Text the agent puts elsewhere in a request (a file 
 output) cannot make a turn pass for a background call; and an agent that reads the run's token and
 writes a request of its own with such a prompt gets at most a completion without tools, which
 acts on nothing (a turn cap bounds actions) and which every budget still counts.
+
+OpenCode 2 compacts with the turn's own system prompt and tools, asking for the summary in a last
+user message of its own ("You MUST summarize the conversation above into a structured summary").
+That request stays a turn: a last user message is one the agent can write (a `subagent` call
+continuing a child session sends its prompt so), so it cannot tell OpenCode's compaction from the
+agent's, and a turn the agent could pass for background would escape the turn cap. On 2.x a
+compaction is counted as a turn and takes the run's model, whatever `routes:` says.
 """
 
 from __future__ import annotations

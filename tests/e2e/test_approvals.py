@@ -225,8 +225,9 @@ FAKE_ASK = (
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="scripts/setup installs tmux")
 def test_a_person_at_the_terminal_allows_once_always_and_denies(
-    upstream: ScriptedUpstream, workdir: Path, tmp_path: Path, env: dict[str, str]
+    upstream: ScriptedUpstream, workdir: Path, tmp_path: Path, env: dict[str, str], generation: int
 ) -> None:
+    tool = "bash" if generation == 1 else "shell"  # the person sees OpenCode's own name of the tool
     policy = tmp_path / "approve.yaml"
     policy.write_text("default: ask\n")
     upstream.script(
@@ -251,7 +252,7 @@ def test_a_person_at_the_terminal_allows_once_always_and_denies(
         for header, shown, key in asks:
             terminal.wait_for(
                 lambda screen, h=header, c=shown: (
-                    f"run bash {h}" in screen and c in screen.split(h)[-1] and "then Enter" in screen.split(h)[-1]
+                    f"run {tool} {h}" in screen and c in screen.split(h)[-1] and "then Enter" in screen.split(h)[-1]
                 ),
                 f"the ask {shown}",
             )

@@ -24,7 +24,7 @@ def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -
         ("sandbox", True),
         ("ledger", True),
     ]
-    assert checks[0]["detail"].startswith("OpenCode 1.18.")
+    assert checks[0]["detail"].startswith(("OpenCode 1.18.", "OpenCode 2.1."))
     assert checks[2]["detail"].startswith("bubblewrap confines every run")  # scripts/setup installs it
 
 

@@ -19,8 +19,18 @@ pytestmark = pytest.mark.e2e
 
 
 def _compacting(body: dict[str, Any]) -> bool:
+    """OpenCode 1.18's compaction (its own system prompt) or 2.x's (its last user message)."""
     system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
-    return "You are a context summarization agent" in json.dumps(system)
+    last = json.dumps(body["messages"][-1]["content"])
+    return "You are a context summarization agent" in json.dumps(system) or "summarize the conversation above" in last
+
+
+# A summary in OpenCode 2's template (it refuses one that is not); 1.18 takes any text.
+SUMMARY = "\n".join(
+    ["## Objective", "- List the files, then answer.", "## Requirements", "- (none)", "## Decisions", "- (none)"]
+    + ["## Work State", "### Completed", "- Listed the files.", "### Active", "- Answer.", "### Blocked", "- (none)"]
+    + ["## Next Move", "1. Answer.", "## Relevant Files", "(none)", "## Important Context", "- (none)"]
+)
 
 
 class Session:
@@ -33,7 +43,7 @@ class Session:
     def __call__(self, body: dict[str, Any]) -> Reply:
         if _compacting(body):
             self.seen.append("compaction")
-            return Reply(text="We listed the files; next: answer.", usage=usage(2000, 30))
+            return Reply(text=SUMMARY, usage=usage(2000, 30))
         self.seen.append("turn")
         return self.turns[min(self.seen.count("turn"), len(self.turns)) - 1]
 
@@ -42,6 +52,9 @@ LIST = Reply(tool_calls=[ToolCall("bash", {"command": "ls", "description": "list
 DONE = Reply(text="Done.", usage=usage(3000, 5))
 
 
+@pytest.mark.only_generation(
+    1, "OpenCode 2's compaction offers the turn's tools: it stays a turn on the run's model (opencode/purpose.py)"
+)
 def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -66,6 +79,10 @@ def test_a_long_conversation_is_compacted_on_the_route_the_settings_name(
     assert ("gpt-4.1", True) in sent and all(model == "gpt-4o-mini" for model, compacting in sent if not compacting)
 
 
+@pytest.mark.only_generation(
+    1,
+    "OpenCode 2's compaction offers the turn's tools: a turn to us, so no compaction record tells the recovery apart (opencode/purpose.py)",
+)
 def test_a_provider_that_refuses_an_overflowing_prompt_is_compacted_after_and_the_run_is_done(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -71,3 +71,16 @@ def test_a_request_goes_to_its_purposes_route_else_the_small_model_it_names_else
     assert routed_model("s", "summary", **models) == "s"
     assert routed_model("big", "main", **models) == "m"  # a route's model is no model a turn may pick
     assert routed_model("s", "main", model="m", small_model=None, routes={}) == "m"
+
+
+def test_opencode_2s_compaction_stays_a_turn_since_the_agent_can_write_its_last_user_message() -> None:
+    """A `subagent` call continuing a child session sends the agent's own prompt as the last user
+    message: were OpenCode 2's compaction instruction enough, the agent could pass turns for it."""
+    tools = [{"type": "function", "function": {"name": "shell"}}]
+    system = {"role": "system", "content": "You are an AI agent running in OpenCode, a coding agent harness."}
+    ask = "You MUST summarize the conversation above into a structured summary that will be given to another agent"
+    body = {
+        "tools": tools,
+        "messages": [system, {"role": "user", "content": "Fix it"}, {"role": "user", "content": ask}],
+    }
+    assert request_purpose(body) == "main"

@@ -167,7 +167,18 @@ class CachingClaude:
 # The same tool as each OpenCode generation offers it (1.18 -> 2.x), and its arguments' names.
 _SPELLINGS = {"bash": "shell", "task": "subagent"}
 _ARGUMENTS = {"filePath": "path", "subagent_type": "agent"}
+_ARGUMENTS_OF = {"skill": {"name": "id"}}  # a tool's own renamed arguments
 _DROPPED = {"shell": {"description"}}  # 1.18's bash takes a description; 2.x's shell does not
+
+
+def _offered(body: Mapping[str, Any]) -> set[str]:
+    """The names of the tools a request offers, in OpenAI's, Anthropic's or Gemini's shape."""
+    names = set()
+    for tool in body.get("tools") or ():
+        if isinstance(tool, Mapping):
+            names.add(tool.get("name") or (tool.get("function") or {}).get("name"))
+            names.update(d.get("name") for d in tool.get("functionDeclarations") or () if isinstance(d, Mapping))
+    return {name for name in names if isinstance(name, str)}
 
 
 def spoken(reply: Reply, body: Mapping[str, Any]) -> Reply:
@@ -175,7 +186,7 @@ def spoken(reply: Reply, body: Mapping[str, Any]) -> Reply:
     what it is offered: a script written for one OpenCode generation runs on the other (1.18's
     `bash` with `filePath` arguments, 2.x's `shell` with `path`). A call of a tool offered in
     neither spelling is left as written."""
-    offered = {tool.get("function", {}).get("name") for tool in body.get("tools") or () if isinstance(tool, Mapping)}
+    offered = _offered(body)
     if not reply.tool_calls or not offered:
         return reply
     second = not offered & set(_SPELLINGS) and bool(offered & set(_SPELLINGS.values()))
@@ -187,7 +198,8 @@ def spoken(reply: Reply, body: Mapping[str, Any]) -> Reply:
         if name not in offered:
             calls.append(call)
             continue
-        arguments = {_ARGUMENTS.get(key, key): value for key, value in call.arguments.items()}
+        renamed = {**_ARGUMENTS, **_ARGUMENTS_OF.get(name, {})}
+        arguments = {renamed.get(key, key): value for key, value in call.arguments.items()}
         calls.append(ToolCall(name, {k: v for k, v in arguments.items() if k not in _DROPPED.get(name, ())}))
     return dataclasses.replace(reply, tool_calls=calls)
 
@@ -311,7 +323,7 @@ class ScriptedUpstream:
         path), and a stream starts with the prompt filter's results, in a chunk that names none."""
         body = await request.json()
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
-        reply = self._next_reply(body)
+        reply = spoken(self._next_reply(body), body)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         filters = {
             "id": "",
@@ -333,7 +345,7 @@ class ScriptedUpstream:
         """Anthropic's Messages API, streamed as Anthropic streams it (reply.usage in its spelling)."""
         body = await request.json()
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
-        reply = self._next_reply(body)
+        reply = spoken(self._next_reply(body), body)
         if reply.status >= 400:
             error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
             return JSONResponse(error, status_code=reply.status)
@@ -348,7 +360,7 @@ class ScriptedUpstream:
         model, _, method = request.path_params["target"].partition(":")
         body = await request.json()
         self.requests.append({"path": request.url.path, "headers": dict(request.headers), "body": body})
-        reply = self._next_reply(body)
+        reply = spoken(self._next_reply(body), body)
         if method != "streamGenerateContent" or reply.status >= 400:
             error = {"error": {"code": reply.status, "message": reply.error, "status": "INTERNAL"}}
             return JSONResponse(error, status_code=reply.status if reply.status >= 400 else 404)

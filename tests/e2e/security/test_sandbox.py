@@ -165,6 +165,9 @@ fs.writeFileSync(process.env.PWD + "/plugin-found.json", JSON.stringify(found));
 """
 
 
+@pytest.mark.only_generation(
+    1, "OpenCode 2 imports no project plugin with project config off (test_opencode2.py), so none runs to attack"
+)
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_plugins_top_level_code_and_a_proc_symlink_find_no_key_under_bwrap(
     sandbox: str, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
@@ -190,6 +193,9 @@ def test_a_plugins_top_level_code_and_a_proc_symlink_find_no_key_under_bwrap(
         assert not (workdir / "plugin-found.json").exists() and PROVIDER_KEY not in tool_results
 
 
+@pytest.mark.only_generation(
+    1, "OpenCode 2 imports no project plugin with project config off (test_opencode2.py), so none runs to attack"
+)
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
 def test_a_repository_cannot_unmask_its_plugins_by_making_opencode_a_symlink(
     sandbox: str, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, tmp_path: Path
