@@ -99,8 +99,9 @@ def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_nam
     proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
     """Measured before: $0.780 through `team-coder`, $0.176 through `claude-coder` (4.4x). Here:
-    $0.0572 and $0.0567 (OpenCode's system prompt for a "claude" model id is 300 characters shorter),
-    and $0.243 with the markers off."""
+    $0.0572 and $0.0567 on 1.18 (OpenCode's system prompt for a "claude" model id is 300 characters
+    shorter), $0.0425 and $0.0430 on 2.1.2 (which marks no prompt for caching itself: the endpoint
+    marks both), and $0.243 with the markers off."""
     costs, results = {}, {}
     for group in ("team-coder", "claude-coder", "team-coder-uncached"):
         claude = CachingClaude()
@@ -117,7 +118,9 @@ def test_a_ten_turn_session_costs_the_same_through_a_team_named_and_a_claude_nam
         assert result.stop_reason == "done" and result.usage.requests == 10, result.error
         assert result.cost is not None
         costs[group], results[group] = result.cost, result
-    assert costs["team-coder"] == pytest.approx(costs["claude-coder"], rel=0.01)
+    # Within 2%: the prompts differ a little by the model's name (1.18's is 300 characters shorter
+    # for a "claude" id; 2.x's names the model in it). Measured: 0.9% on 1.18, 1.2% on 2.1.2.
+    assert costs["team-coder"] == pytest.approx(costs["claude-coder"], rel=0.02)
     assert costs["team-coder-uncached"] > 2 * costs["claude-coder"]  # what the markers save
     # What the run says caching saved is what the same session cost without it.
     cached = results["team-coder"]

@@ -96,8 +96,10 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     if words[0] == "socat":
         found.setdefault("socats", []).append(int(pid))  # the listener, and a child per connection
         found.update(port=int(words[1].split(":")[1].split(",")[0]), socket=words[2].removeprefix("UNIX-CONNECT:"))
-    if "run" in words and "--format" in words:
-        found["opencode"] = pid
+    if "serve" in words and "--stdio" in words:
+        found["opencode"] = pid  # OpenCode 2's server, which holds its API's password
+    elif "run" in words and "--format" in words:
+        found.setdefault("opencode", pid)  # 1.18, which holds the approval plugin's key
 tried = {}
 for part in ("environ", "mem"):
     try:
