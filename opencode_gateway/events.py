@@ -68,7 +68,7 @@ class ToolRequested(Event):
     events). OpenCode runs it once the answer ends, and reports it whole (ToolCall, ToolResult)."""
 
     type: ClassVar[str] = "tool_requested"
-    tool: str = ""  # the name the model used (OpenCode's own: bash, read, edit, ...)
+    tool: str = ""  # the tool, named as ToolCall names it (bash, read, edit, ...; 2.x's shell is bash)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ..events import ApprovalAnswered, ApprovalAsked, ReasoningDelta, TextDelta,
 from ..observability.traces import RunSpan, RunTrace, Tracing, root_attributes, tracing_for
 from ..opencode import config as oc_config
 from ..opencode.gitguard import GitControl
-from ..opencode.lines import Event
+from ..opencode.lines import Event, normalize_tool
 from ..opencode.process import OpenCodeProcess, run_argv
 from ..opencode.purpose import routed_model
 from ..opencode.reaper import reaped_argv
@@ -169,7 +169,7 @@ def router(token: str, targets: Mapping[str, Target], settings: RunSettings) -> 
 def live_event(session_id: str | None, kind: str, piece: str) -> Event:
     """What the endpoint saw streaming by (kind: text, reasoning, or tool: a tool's name)."""
     if kind == "tool":
-        return ToolRequested(session_id, tool=piece)
+        return ToolRequested(session_id, tool=normalize_tool(piece))
     return TextDelta(session_id, text=piece) if kind == "text" else ReasoningDelta(session_id, text=piece)
 
 
