@@ -97,13 +97,13 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         found.setdefault("socats", []).append(int(pid))  # the listener, and a child per connection
         found.update(port=int(words[1].split(":")[1].split(",")[0]), socket=words[2].removeprefix("UNIX-CONNECT:"))
     if "serve" in words and "--stdio" in words:
-        found["opencode"] = pid  # OpenCode 2's server, which holds its API's password
+        found["server"] = pid  # OpenCode 2's server, which holds its API's password
     elif "run" in words and "--format" in words:
-        found.setdefault("opencode", pid)  # 1.18, which holds the approval plugin's key
+        found["run"] = pid  # the last: OpenCode itself, not a wrapper whose argv holds its own
 tried = {}
 for part in ("environ", "mem"):
     try:
-        with open(f"/proc/{found['opencode']}/{part}", "rb") as f:
+        with open(f"/proc/{found.get('server', found['run'])}/{part}", "rb") as f:
             f.read(16)
         tried[part] = "read"
     except OSError as error:
