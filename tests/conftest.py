@@ -94,18 +94,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 SERVICE_PORT = 49374  # OpenCode 2's background service (channel `latest`)
 
 
+def _listening_on(port: int) -> set[str]:
+    """The inodes of the sockets listening on `port` (any address), from /proc/net/tcp."""
+    inodes = set()
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # 0A: LISTEN
+            inodes.add(fields[9])
+    return inodes
+
+
 def opencode_services() -> list[str]:
-    """What is left of OpenCode 2's background service: a listener on its port, a `serve
-    --service` process (empty when none)."""
-    left = (
-        [f"listening on 127.0.0.1:{SERVICE_PORT}"]
-        if f":{SERVICE_PORT:04X} " in Path("/proc/net/tcp").read_text()
-        else []
-    )
+    """What is left of OpenCode 2's background service: a `serve --service` process, an OpenCode
+    listening on its port (empty when none). Another program's socket on that port (a test's
+    server on a random port may get it) is none of OpenCode's."""
+    left, listening = [], _listening_on(SERVICE_PORT)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if b"serve\0--service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"serve\0--service" in cmdline:
                 left.append(f"process {pid}: opencode serve --service")
+            elif listening and cmdline.split(b"\0")[0].rsplit(b"/", 1)[-1] in (b"opencode", b"opencode.exe"):
+                sockets = {os.readlink(fd.path) for fd in os.scandir(f"/proc/{pid}/fd")}
+                if {f"socket:[{inode}]" for inode in listening} & sockets:
+                    left.append(f"process {pid}: an OpenCode listening on 127.0.0.1:{SERVICE_PORT}")
         except OSError:
             continue
     return left

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import opencode_services
 from tests.support.cli import cli
 from tests.support.postgres import PASSWORD, Postgres
 
@@ -89,4 +90,4 @@ def test_doctor_names_the_generation_of_the_opencode_it_found_and_leaves_no_serv
     """Asking OpenCode 2 its version starts no background service (127.0.0.1:49374)."""
     result = cli("doctor", "--opencode-bin", opencode_bin, "--ledger", str(tmp_path / "ledger.db"))
     assert f"(generation {generation}) at {opencode_bin}" in result.stdout.splitlines()[0]
-    assert f":{49374:04X} " not in Path("/proc/net/tcp").read_text(), "OpenCode 2's service listens"
+    assert opencode_services() == []
