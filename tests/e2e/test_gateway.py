@@ -45,8 +45,9 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
     workdir: Path,
     settings: Settings,
     caplog: pytest.LogCaptureFixture,
+    generation: int,
 ) -> None:
-    key = new_key(proxy, models=["team-a"], key_alias="alias-a")
+    key = new_key(proxy, models=["team-a"], key_alias=f"alias-a-{generation}")  # aliases are the proxy's, unique
     upstream.script(
         Reply(
             tool_calls=[ToolCall("write", {"filePath": str(workdir / "a.py"), "content": "x = 1\n"})],
@@ -133,9 +134,9 @@ def test_a_scoped_key_run_is_tagged_and_its_spend_matches_the_ledger(
 
 
 def test_a_key_that_may_not_use_the_group_fails_before_any_model_call(
-    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str
+    proxy: LiteLLMProxy, upstream: ScriptedUpstream, workdir: Path, opencode_bin: str, generation: int
 ) -> None:
-    key = new_key(proxy, models=["team-a"], key_alias="alias-scoped")
+    key = new_key(proxy, models=["team-a"], key_alias=f"alias-scoped-{generation}")
     started = time.monotonic()
     result = gateway_cli(
         "run",
@@ -153,7 +154,9 @@ def test_a_key_that_may_not_use_the_group_fails_before_any_model_call(
     )
     assert result.returncode == 2
     message = result.stderr.strip()
-    assert "model group 'team-b'" in message and "'alias-scoped'" in message and "may use: team-a" in message
+    assert (
+        "model group 'team-b'" in message and f"'alias-scoped-{generation}'" in message and "may use: team-a" in message
+    )
     assert key not in message
     assert upstream.requests == []  # checked while OpenCode started; OpenCode stopped before any call
     assert time.monotonic() - started < 30
