@@ -101,7 +101,7 @@ def find_opencode(explicit: str | None, data_dir: Path) -> OpenCodeBinary:
         if found:
             return _checked(found)
         raise OpenCodeNotFound(f"opencode binary {candidate!r} does not exist or is not executable: {INSTALL_HINT}")
-    pinned = [pinned_binary(data_dir, generation) for generation in (DEFAULT, *GENERATIONS)]
+    pinned = [pinned_binary(data_dir, generation) for generation in dict.fromkeys((DEFAULT, *GENERATIONS))]
     for binary in pinned:
         if os.access(binary, os.X_OK):
             return _checked(str(binary))
