@@ -23,6 +23,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text as RichText
 
+from .accounting.records import calls_said
 from .events import (
     ApprovalAsked,
     Error,
@@ -64,6 +65,7 @@ class RunView:
         self.model = model
         self.started = time.monotonic()
         self.requests = 0
+        self.refused = 0
         self.tokens = 0
         self.cost: float | None = 0.0
         self.activity = "starting OpenCode"
@@ -87,8 +89,8 @@ class RunView:
         """What rich redraws: the line being streamed, then the status line."""
         cost = "cost unknown" if self.cost is None else f"${self.cost:.6f}"
         status = (
-            f"{elapsed(time.monotonic() - self.started)} · {self.model} · {self.requests} "
-            f"request{'s' if self.requests != 1 else ''} · {self.tokens:,} tokens · {cost} · {self.activity}"
+            f"{elapsed(time.monotonic() - self.started)} · {self.model} · {calls_said(self.requests, self.refused)} · "
+            f"{self.tokens:,} tokens · {cost} · {self.activity}"
         )
         self._spinner.text = RichText(status, style="dim")
         return Group(RichText(shown(self._line)), self._spinner) if self._line else self._spinner
@@ -119,7 +121,10 @@ class RunView:
         elif isinstance(event, StepStart):  # may come after the step's first streamed words: no flush
             self.activity = "waiting for the model"
         elif isinstance(event, RequestFinished):
-            self.requests += 1
+            if event.cost_source == "refused":
+                self.refused += 1
+            else:
+                self.requests += 1
             self.tokens, self.cost = event.run_tokens, event.run_cost
         elif isinstance(event, UpstreamRetry):
             self._print(

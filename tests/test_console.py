@@ -90,6 +90,9 @@ def test_the_status_line_counts_requests_tokens_and_cost() -> None:
     view.show(ToolRequested("s", tool="bash"))
     status = str(view.__rich__().text)  # type: ignore[union-attr]
     assert status.startswith("0:00 · litellm_proxy/team-a · 2 requests · 2,500 tokens · cost unknown · calling bash")
+    view.show(RequestFinished("s", request_id="r3", status_code=400, cost_source="refused", run_tokens=2500))
+    status = str(view.__rich__().text)  # type: ignore[union-attr]
+    assert " · 2 requests (1 refused) · " in status  # a refused call never went out
     assert [elapsed(s) for s in (7, 92, 3723)] == ["0:07", "1:32", "1:02:03"]
 
 

@@ -69,7 +69,8 @@ async def test_a_scrape_counts_requests_tokens_cost_and_refusals_and_agrees_with
     model = ("model", "litellm_proxy/team-a")
     one = frozenset({model, ("purpose", "main"), ("ticket", "ENG-1")})
     two = frozenset({model, ("purpose", "main"), ("ticket", "ENG-2")})
-    assert found[("opencode_gateway_requests_total", one)] == 1 and found[("opencode_gateway_requests_total", two)] == 2
+    # A refused call never went out: it is a refusal, not a request
+    assert found[("opencode_gateway_requests_total", one)] == 1 and found[("opencode_gateway_requests_total", two)] == 1
     assert found[("opencode_gateway_tokens_total", one | {("kind", "input")})] == 100
     assert found[("opencode_gateway_tokens_total", two | {("kind", "output")})] == 20
     assert found[("opencode_gateway_refusals_total", two | {("limit", "max_requests"), ("scope", "run")})] == 1
@@ -77,7 +78,8 @@ async def test_a_scrape_counts_requests_tokens_cost_and_refusals_and_agrees_with
     assert found[("opencode_gateway_requests_in_flight", frozenset())] == 0
     stats = (await client.get("/stats", headers=ADMIN)).json()
     cost = sum(v for (name, _), v in found.items() if name == "opencode_gateway_cost_usd_total")
-    assert cost == stats["cost"] == pytest.approx(0.003)
+    assert cost == pytest.approx(0.003) and stats["cost"] == 0.003  # as written, not 0.0030000000000000005
+    assert (stats["requests"], stats["refused"]) == (2, 1)
 
 
 async def test_only_the_admin_or_the_metrics_token_may_scrape(client: httpx.AsyncClient) -> None:

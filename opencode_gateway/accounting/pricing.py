@@ -21,7 +21,7 @@ from ..errors import SettingsError
 from .price_map import map_price, price_map
 from .usage import Usage, per_token_cost
 
-__all__ = ["Cost", "Price", "Pricer", "litellm_price", "per_million"]
+__all__ = ["Cost", "Price", "Pricer", "litellm_price", "per_million", "usd"]
 
 # Setting name -> (Price field, divisor). LiteLLM's own per-token names, and per-million ones.
 _PRICE_KEYS: Mapping[str, tuple[str, float]] = {
@@ -41,12 +41,20 @@ _PRICE_KEYS: Mapping[str, tuple[str, float]] = {
 @dataclass(frozen=True)
 class Cost:
     usd: float | None
-    source: str  # "reported", "config", "litellm", "unpriced", or "failed" (refused: nothing generated)
+    # "reported", "config", "litellm", "unpriced", "failed" (nothing generated) or "refused" (a
+    # budget or the turn cap stopped the call before it went out)
+    source: str
     model: str | None = None  # the model whose price was used
     # What prompt caching saved: the same tokens priced as if none had been cached, minus their
     # price as they were (cache writes' premium subtracted). 0 without cache tokens; None when no
     # price of the model is known (a gateway group's, say: only the gateway knows it).
     cache_saved: float | None = 0.0
+
+
+def usd(amount: float | None) -> float | None:
+    """USD as it is written out (JSON, /stats, events): to 1e-12, so a sum reads 0.00042 and not
+    0.00041999999999999996. A token costs ~1e-8 USD at the least: nothing real is rounded away."""
+    return None if amount is None else round(amount, 12)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..domain import Purpose
-from .pricing import Cost
+from .pricing import Cost, usd
 from .usage import Usage
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "RequestRecord",
     "RunRow",
     "RunUsage",
+    "calls_said",
 ]
 
 
@@ -57,9 +58,9 @@ class RequestRecord:
             "usage": usage,
             "usage_missing": self.usage_missing,
             "estimated": self.estimated,
-            "cost": self.cost.usd,
+            "cost": usd(self.cost.usd),
             "cost_source": self.cost.source,
-            "cache_saved": self.cost.cache_saved,
+            "cache_saved": usd(self.cost.cache_saved),
             "started_at": self.started_at,
             "duration_s": round(self.duration_s, 6),
             "ttfb_s": None if self.ttfb_s is None else round(self.ttfb_s, 6),
@@ -87,15 +88,26 @@ class ApprovalRecord:
     waited_s: float
 
 
+def calls_said(requests: int, refused: int = 0) -> str:
+    """Calls as a line says them, the refused ones apart: "3 requests (2 refused)"."""
+    return f"{requests} request{'s' if requests != 1 else ''}" + (f" ({refused} refused)" if refused else "")
+
+
 @dataclass(frozen=True)
 class RunUsage(Usage):
     """A run's tokens, summed over its requests as the endpoint saw them."""
 
-    requests: int = 0
+    requests: int = 0  # calls that reached the model or the gateway
     usage_missing_requests: int = 0
+    refused: int = 0  # calls a budget or the turn cap refused: they never went out
 
     def to_dict(self) -> dict[str, int]:
-        return {**super().to_dict(), "requests": self.requests, "usage_missing_requests": self.usage_missing_requests}
+        return {
+            **super().to_dict(),
+            "requests": self.requests,
+            "refused": self.refused,
+            "usage_missing_requests": self.usage_missing_requests,
+        }
 
 
 @dataclass(frozen=True)

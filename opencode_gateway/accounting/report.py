@@ -17,6 +17,7 @@ from typing import Any
 from ..terminal import cell
 from .ledger import LedgerLocation, connect
 from .ledger.queries import approval_counts, group_rows
+from .pricing import usd
 from .times import utc_time, zone
 
 __all__ = ["Group", "Report", "RunFacts", "build_report", "render_table", "report_from"]
@@ -49,6 +50,7 @@ class Group:
     reasoning_tokens: int
     cost: float  # of the priced requests
     unpriced_requests: int
+    refused: int = 0  # calls a budget or the turn cap refused (not in `requests`: they never went out)
     # What prompt caching saved (pricing.Cost.cache_saved); None when a request with cache tokens
     # had no known price.
     cache_saved: float | None = 0.0
@@ -95,7 +97,7 @@ class Report:
         if fmt == "csv":
             return _csv(header, cells)
         if fmt == "markdown":
-            return _markdown(header, cells, figures=11 + (3 if self.total.asked else 0))
+            return _markdown(header, cells, figures=12 + (3 if self.total.asked else 0))
         return render_table(header, cells)
 
     def _header(self) -> list[str]:
@@ -105,6 +107,7 @@ class Report:
             *(("started (UTC)", "duration", "model", "outcome", "metadata") if by_run else ()),
             "runs",
             "requests",
+            "refused",
             "input",
             "output",
             "cache_read",
@@ -186,6 +189,7 @@ def _cells(group: Group, label: str, by_run: bool, asks: int = 0) -> list[str]:
         *described,
         str(group.runs),
         str(group.requests),
+        str(group.refused),
         str(group.input_tokens),
         str(group.output_tokens),
         str(group.cache_read_tokens),
@@ -203,9 +207,9 @@ def _group_dict(group: Group) -> dict[str, Any]:
     """A group as JSON: USD to 1e-12 (no 0.0028320000000000003), the cache share to 1e-6."""
     data = {field.name: getattr(group, field.name) for field in dataclasses.fields(group)}
     data.update(
-        cost=round(group.cost, 12),
+        cost=usd(group.cost),
         cached_share=round(group.cached_share, 6),
-        cache_saved=None if group.cache_saved is None else round(group.cache_saved, 12),
+        cache_saved=usd(group.cache_saved),
         run=None if group.run is None else {**asdict(group.run), "metadata": dict(group.run.metadata)},
         parts=[_group_dict(part) for part in group.parts],
     )
@@ -230,6 +234,20 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, total:
     return "\n".join(lines) + "\n"
 
 
+# A group's counts, as the ledger's sums name them (a sum over no rows is NULL: 0)
+_COUNTS = (
+    "runs",
+    "requests",
+    "refused",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "unpriced_requests",
+)
+
+
 def _group(row: Mapping[str, Any], key: str | None) -> Group:
     names = row.keys()
     run = (
@@ -237,18 +255,12 @@ def _group(row: Mapping[str, Any], key: str | None) -> Group:
         if "started_at" in names
         else None
     )
+    counts: dict[str, Any] = {name: row[name] or 0 for name in _COUNTS}
     return Group(
         key=key,
         run=run,
-        runs=row["runs"] or 0,
-        requests=row["requests"] or 0,
-        input_tokens=row["input_tokens"] or 0,
-        output_tokens=row["output_tokens"] or 0,
-        cache_read_tokens=row["cache_read_tokens"] or 0,
-        cache_write_tokens=row["cache_write_tokens"] or 0,
-        reasoning_tokens=row["reasoning_tokens"] or 0,
+        **counts,
         cost=row["cost"] or 0.0,
-        unpriced_requests=row["unpriced_requests"] or 0,
         cache_saved=None if row["cache_saved_unknown"] else row["cache_saved"] or 0.0,
         status=row["status"] if "status" in row.keys() else None,
     )

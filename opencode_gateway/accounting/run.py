@@ -31,7 +31,7 @@ from typing import Any
 from ..domain import Purpose, RunOutcome
 from .budget import WAIT, Budget, Claim, PeriodBudget, Refusal, Spent
 from .ledger import RunLedger
-from .pricing import Pricer
+from .pricing import Pricer, usd
 from .records import ApprovalRecord, RequestRecord, RunRow, RunUsage
 from .usage import Usage
 
@@ -76,9 +76,9 @@ class RunTotals:
         """Flat, for serve's /status: the usage's counts, the cost, the share read from cache."""
         return {
             **self.usage.to_dict(),
-            "cost": self.cost,
+            "cost": usd(self.cost),
             "cached_share": round(self.usage.cached_share, 6),
-            "cache_saved": self.cache_saved,
+            "cache_saved": usd(self.cache_saved),
         }
 
 
@@ -87,7 +87,8 @@ class Totals:
     """Sums over records as they come (`add`); `taken()` is what they come to."""
 
     _usage: Usage = Usage()
-    requests: int = 0
+    requests: int = 0  # calls made
+    refused: int = 0  # calls refused before they went out: no request, no tokens, no cost
     usage_missing: int = 0
     unpriced: int = 0
     priced_cost: float = 0.0  # of the priced requests
@@ -95,8 +96,12 @@ class Totals:
     saved_unknown: int = 0  # requests with cache tokens and no known price
     spent: Spent = Spent()  # what counts for a budget: calls made (refused ones are not)
 
-    def add(self, record: RequestRecord, *, spent: bool = True) -> None:
-        """Count `record`; `spent=False` for a call that was refused (it never went out)."""
+    def add(self, record: RequestRecord) -> None:
+        """Count `record`: a refused call (it never went out) only as refused, so a cap of three
+        requests shows three made, and the refusals beside them."""
+        if record.cost.source == "refused":
+            self.refused += 1
+            return
         self.requests += 1
         if record.usage:
             self._usage = self._usage + record.usage
@@ -109,8 +114,7 @@ class Totals:
             self.saved_unknown += 1
         else:
             self.known_saved += record.cost.cache_saved
-        if spent:
-            self.spent = self.spent + Spent.of(record)
+        self.spent = self.spent + Spent.of(record)
 
     @property
     def usage(self) -> RunUsage:
@@ -123,6 +127,7 @@ class Totals:
             reasoning_tokens=u.reasoning_tokens,
             requests=self.requests,
             usage_missing_requests=self.usage_missing,
+            refused=self.refused,
         )
 
     @property
@@ -263,7 +268,6 @@ class RunAccount:
         self.totals = Totals()
         self.row = LedgerRow(ledger, self.run_id, self.totals)  # the run's row in the ledger
         self.refusal: Refusal | None = None  # why the first refused call was refused
-        self._refused: set[str] = set()  # request ids admit() refused
         self._in_flight: dict[str, Spent] = {}
         self._ended = asyncio.Event()  # set whenever a call in flight ends
         self._costliest: float | None = None  # the highest cost a call of this run has had
@@ -276,8 +280,8 @@ class RunAccount:
     def add(self, record: RequestRecord) -> None:
         """A request ended (or was refused): count it, commit its row, and release what it had
         reserved."""
-        self.totals.add(record, spent=record.request_id not in self._refused)
-        if record.cost.usd is not None and record.request_id not in self._refused:
+        self.totals.add(record)
+        if record.cost.usd is not None and record.cost.source != "refused":
             self._costliest = max(self._costliest or 0.0, record.cost.usd)
         if self.ledger is not None:
             self.ledger.record_request(self.run_id, record)
@@ -321,7 +325,6 @@ class RunAccount:
         if self.limits is not None:
             refusal = await self.limits.admit(request_id, reservation)
             if refusal is not None:
-                self._refused.add(request_id)
                 self.refusal = self.refusal or refusal
             return refusal
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
@@ -332,7 +335,7 @@ class RunAccount:
                 self.totals.spent, turn=reservation.turns > 0
             )  # exact: what ended calls spent
             if refusal is not None:
-                return self._refuse(request_id, refusal)
+                return self._refuse(refusal)
             held = sum(self._in_flight.values(), Spent())
             remaining = deadline - asyncio.get_running_loop().time()
             if not self._in_flight or remaining <= 0 or self.budget.allows(self.totals.spent + held + reservation):
@@ -345,11 +348,10 @@ class RunAccount:
         if refusal is not None:
             self._in_flight.pop(request_id, None)
             self._ended.set()
-            return self._refuse(request_id, refusal)
+            return self._refuse(refusal)
         return None
 
-    def _refuse(self, request_id: str, refusal: Refusal) -> Refusal:
-        self._refused.add(request_id)
+    def _refuse(self, refusal: Refusal) -> Refusal:
         self.refusal = self.refusal or refusal
         return refusal
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from ..accounting.records import calls_said
 from ..accounting.report import render_table
 from ..console import BatchView
 from ..events import Event, RequestFinished
@@ -52,8 +53,7 @@ class Progress:
         result = outcome.result
         if result is not None:
             cost = "cost unknown" if result.cost is None else f"${result.cost:.6f}"
-            requests = result.usage.requests
-            detail = f"{requests} request{'s' if requests != 1 else ''} · {cost}"
+            detail = f"{calls_said(result.usage.requests, result.usage.refused)} · {cost}"
         else:
             detail = str(outcome.error)
         status = "done" if outcome.ok else f"FAILED ({result.stop_reason if result else 'error'})"

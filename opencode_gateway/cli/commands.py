@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._litellm import owning_loop
+from ..accounting.records import calls_said
 from ..config.file import load_settings
 from ..config.settings import RunSettings, Settings, check_choices
 from ..errors import SettingsError
@@ -220,7 +221,8 @@ def _ledger_runs(args: argparse.Namespace, location: LedgerLocation) -> int:
     for run in found:
         when = datetime.fromtimestamp(run["started_at"], timezone.utc).strftime("%Y-%m-%d %H:%M")
         cost = "-" if run["cost"] is None else f"${run['cost']:.6f}"
-        print(cell(f"{run['run_id']}  {when}  {run['outcome']}  {run['requests']} requests  {cost}  {run['metadata']}"))
+        requests = calls_said(run["requests"], run["refused"])
+        print(cell(f"{run['run_id']}  {when}  {run['outcome']}  {requests}  {cost}  {run['metadata']}"))
     if not found:
         print(f"opencode-gateway: no run in {location} matches", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..accounting.records import calls_said
 from ..terminal import shown
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def result_line(result: Any) -> str:
     cost = f"cost unknown ({unpriced} unpriced)" if result.cost is None else f"${result.cost:.6f}"
     parts = [
         result.stop_reason,
-        f"{usage.requests} request{'s' if usage.requests != 1 else ''}",
+        calls_said(usage.requests, usage.refused),
         f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens",
         cost,
     ]

@@ -53,6 +53,7 @@ RUN_COLUMNS = (
     "metadata",
     "stop_reason",
     "requests",
+    "refused",
     "cost",
     "unpriced_requests",
 )

@@ -62,6 +62,7 @@ def _totals(total: dict[str, Any], missing: int) -> str:
         ("cost", _usd(total["cost"]), "cost of the priced requests"),
         ("runs", f"{total['runs']:,}", "runs"),
         ("requests", f"{total['requests']:,}", "requests"),
+        ("refused", f"{total['refused']:,}", "refused by a budget"),
         *((key, f"{total[key]:,}", f"{label} tokens") for key, label in _TOKENS),
         ("unpriced_requests", f"{total['unpriced_requests']:,}", "unpriced requests"),
         ("usage_missing_requests", f"{missing:,}", "requests without usage"),
@@ -113,8 +114,8 @@ def _plural(word: str) -> str:
 
 def _groups(data: dict[str, Any]) -> str:
     head = (
-        "<tr><th>{}</th><th>runs</th><th>requests</th>{}<th>cached share</th><th>caching saved</th><th>cost</th>"
-        "<th>unpriced</th></tr>"
+        "<tr><th>{}</th><th>runs</th><th>requests</th><th>refused</th>{}<th>cached share</th><th>caching saved</th>"
+        "<th>cost</th><th>unpriced</th></tr>"
     ).format(_e(data["by"]), "".join(f"<th>{label}</th>" for _, label in _TOKENS))
     rows = []
     for group in data["groups"]:
@@ -122,7 +123,7 @@ def _groups(data: dict[str, Any]) -> str:
         saved = group["cache_saved"]
         rows.append(
             f'<tr data-group="{_e(name)}"><td>{_e(name)}</td><td>{group["runs"]:,}</td>'
-            f"<td>{group['requests']:,}</td>"
+            f"<td>{group['requests']:,}</td><td>{group['refused']:,}</td>"
             + "".join(f"<td>{group[key]:,}</td>" for key, _ in _TOKENS)
             + f"<td>{group['cached_share']:.1%}</td><td>{'unknown' if saved is None else _usd(saved)}</td>"
             f'<td data-cost="{group["cost"]!r}">{_usd(group["cost"])}</td>'
@@ -141,10 +142,11 @@ def _runs(data: dict[str, Any]) -> str:
         duration = "running" if ended is None else f"{ended - run['started_at']:.1f} s"
         metadata = ", ".join(f"{key}={value}" for key, value in run["metadata"].items())
         cost = _usd(run["cost"]) + (f" + {run['unpriced_requests']} unpriced" if run["unpriced_requests"] else "")
+        requests = f"{run['requests']:,}" + (f" ({run['refused']:,} refused)" if run["refused"] else "")
         rows.append(
             f'<tbody class="run" data-page="{position // PAGE_SIZE}" data-run="{_e(run["run_id"])}"><tr>'
             f'<td>{_e(utc_time(run["started_at"]))}</td><td>{_e(duration)}</td><td class="t">{_e(run["model"])}</td>'
-            f'<td class="t">{_e(metadata)}</td><td>{_e(run["stop_reason"])}</td><td>{run["requests"]:,}</td>'
+            f'<td class="t">{_e(metadata)}</td><td>{_e(run["stop_reason"])}</td><td>{requests}</td>'
             f"<td>{_e(cost)}</td>"
             f'</tr><tr class="detail"><td colspan="7"><details data-run="{_e(run["run_id"])}"><summary>its requests'
             '</summary><div class="requests"><noscript>A run\'s requests are shown with JavaScript on (or: report '

@@ -72,12 +72,12 @@ class Metrics:
     def recorded(self, record: RequestRecord, metadata: Mapping[str, Any]) -> None:
         with self._lock:
             labels = (record.model, record.purpose, *(self._value(key, metadata.get(key)) for key in self.keys))
-            self.requests.labels(*labels).inc()
-            if record.cost.source == "refused":
+            if record.cost.source == "refused":  # never went out: a refusal, not a request
                 limit = _LIMIT.search(record.error or "")
                 scope = "period" if " budget of " in (record.error or "") else "run"
                 self.refusals.labels(*labels, limit.group(1) if limit else "budget", scope).inc()
                 return
+            self.requests.labels(*labels).inc()
             usage = record.usage
             if usage is not None:
                 for kind, count in (

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..accounting.pricing import usd
 from ..accounting.records import RequestRecord, RunUsage
 from ..accounting.run import RunTotals
 from ..domain import Mode, StopReason
@@ -96,10 +97,10 @@ class RunResult(RunFacts):
             "mode": self.mode,
             "sandbox": self.sandbox,
             "usage": self.usage.to_dict(),
-            "cost": self.cost,
+            "cost": usd(self.cost),
             "cost_sources": self.cost_sources,
             "cached_share": round(self.usage.cached_share, 6),
-            "cache_saved": self.cache_saved,
+            "cache_saved": usd(self.cache_saved),
             "error": self.error.to_dict() if self.error else None,
             "warnings": list(self.warnings),
             "duration_s": round(self.duration_s, 3),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..accounting.budget import Refusal
 from ..accounting.ledger import Ledger, RunLedger
+from ..accounting.pricing import usd
 from ..accounting.records import RequestRecord
 from ..accounting.run import Totals
 from ..credentials import redacted
@@ -183,10 +184,10 @@ def _finished(record: RequestRecord, totals: Totals) -> RequestFinished:
         request_id=record.request_id,
         status_code=record.status_code,
         usage=record.usage.to_dict() if record.usage else None,
-        cost=record.cost.usd,
+        cost=usd(record.cost.usd),
         cost_source=record.cost.source,
         run_tokens=usage.input_tokens + usage.output_tokens,
-        run_cost=totals.cost,
+        run_cost=usd(totals.cost),
         error=record.error,
     )
 

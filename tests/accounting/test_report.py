@@ -16,6 +16,7 @@ from opencode_gateway.accounting.budget import Claim, PeriodBudget, Spent
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import ApprovalRecord, RequestRecord, RunUsage
+from opencode_gateway.accounting.ledger.maintenance import find_runs
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
@@ -246,6 +247,47 @@ def test_a_run_that_made_no_request_is_counted_with_its_outcome(filled: LedgerLo
     assert (eng3.runs, eng3.requests, eng3.cost) == (2, 0, 0.0)
     by_day = {g.key: g.runs for g in build_report(filled, by="day", since="2026-09-22").groups}
     assert by_day == {"2026-09-22": 4}  # r2, r4, and the two without requests, on the day they started
+
+
+def refused(run_id: str, n: int) -> RequestRecord:
+    """A call a budget refused, as the endpoint records it: it never went out."""
+    return RequestRecord(
+        request_id=f"{run_id}-refused-{n}",
+        model="litellm_proxy/coder",
+        upstream_model=None,
+        status_code=400,
+        stream=True,
+        usage=None,
+        cost=Cost(0.0, "refused"),
+        started_at=DAY1,
+        duration_s=0.0,
+        ttfb_s=None,
+        error="run budget exceeded: max_requests is 3 and 3 requests were made",
+    )
+
+
+def test_calls_a_budget_refused_are_counted_apart_from_the_requests_made(ledger_at: LedgerLocation) -> None:
+    """A ticket capped at 3 requests that asked for 5: every report says 3 requests, and 2 refused."""
+    ledger = Ledger(ledger_at)
+    ledger.start_run(run_row("capped", started_at=DAY1, metadata={"ticket": "ENG-9"}))
+    for n in range(3):
+        ledger.record_request("capped", request("capped", n, (100, 10, 0), 0.001))
+    for n in range(2):
+        ledger.record_request("capped", refused("capped", n))
+    ledger.close()
+    report = build_report(ledger_at, by="ticket")
+    [eng9] = report.groups
+    assert (eng9.requests, eng9.refused, report.total.requests, report.total.refused) == (3, 2, 3, 2)
+    data = json.loads(report.render("json"))
+    assert (data["groups"][0]["requests"], data["groups"][0]["refused"]) == (3, 2)
+    [row, total] = list(csv.DictReader(io.StringIO(report.render("csv"))))
+    assert (row["requests"], row["refused"], total["requests"], total["refused"]) == ("3", "2", "3", "2")
+    assert report.render("table").split()[:4] == ["ticket", "runs", "requests", "refused"]
+    assert "| ENG-9 | 1 | 3 | 2 |" in report.render("markdown")
+    [run] = find_runs(ledger_at)
+    assert (run["requests"], run["refused"]) == (3, 2)
+    [by_run] = build_report(ledger_at, by="run").groups
+    assert (by_run.requests, by_run.refused) == (3, 2)
 
 
 def test_costs_in_json_carry_no_float_noise(ledger_at: LedgerLocation) -> None:

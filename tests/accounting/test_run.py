@@ -33,9 +33,18 @@ def record(
     )
 
 
+def any_record(
+    request_id: str, tokens: tuple[int, int], cost: float | None, source: str, missing: bool
+) -> RequestRecord:
+    """A record as the endpoint makes one: a refused call has no usage and costs nothing."""
+    if source == "refused":
+        return builders.record(request_id, usage=None, cost=0.0, source="refused")
+    return record(request_id, tokens, cost, source, missing)
+
+
 records = st.lists(
     st.builds(
-        record,
+        any_record,
         st.uuids().map(str),
         st.tuples(st.integers(0, 10**6), st.integers(0, 10**5)),
         st.one_of(st.none(), st.floats(0, 10, allow_nan=False)),
@@ -53,10 +62,12 @@ def test_incremental_totals_equal_the_totals_of_the_list(made: list[RequestRecor
         account.add(each)
     assert account.records is None
     usage = account.totals.usage
-    assert (usage.input_tokens, usage.output_tokens, usage.requests) == (
+    went_out = [r for r in made if r.cost.source != "refused"]
+    assert (usage.input_tokens, usage.output_tokens, usage.requests, usage.refused) == (
         sum(r.usage.input_tokens for r in made if r.usage),
         sum(r.usage.output_tokens for r in made if r.usage),
-        len(made),
+        len(went_out),
+        len(made) - len(went_out),
     )
     unpriced = any(r.cost.usd is None for r in made)
     assert (account.totals.cost is None) == unpriced

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from opencode_gateway.accounting.ledger import Ledger
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.dashboard.data import SERIES, Query, dashboard_data
+from opencode_gateway.dashboard.page import render_page
 from opencode_gateway.errors import SettingsError
-from tests.support.builders import spend_ledger
+from tests.support.builders import record, spend_ledger
 
 
 @pytest.fixture
@@ -85,3 +87,17 @@ def test_runs_come_newest_first_with_their_requests(ledger: Path) -> None:
 def test_a_typo_in_by_is_an_error(ledger: Path) -> None:
     with pytest.raises(SettingsError, match="cannot group by 'tikcet'"):
         dashboard_data(ledger, Query(by="tikcet"))
+
+
+def test_a_refused_call_is_shown_apart_from_the_requests_made(tmp_path: Path) -> None:
+    path = spend_ledger(tmp_path / "ledger.db", runs=1, requests_per_run=3)
+    ledger = Ledger(path)
+    ledger.record_request(
+        "run_00", record("refused", usage=None, cost=0.0, source="refused", status=400, started_at=1_796_000_001.0)
+    )
+    ledger.close()
+    data = dashboard_data(path, Query(by="ticket"))
+    assert (data["total"]["requests"], data["total"]["refused"]) == (3, 1)
+    page = render_page(data)
+    assert 'data-total="requests" data-value="3"' in page and 'data-total="refused" data-value="1"' in page
+    assert "<td>3 (1 refused)</td>" in page  # the run's row

@@ -45,6 +45,7 @@ def test_max_requests_refuses_the_next_call_and_stops_the_run(
     assert isinstance(result.error, BudgetExceeded)
     assert "max_requests is 2 and 2 requests were made" in str(result.error)
     assert len(upstream.requests) == 2  # the third call never left the endpoint
+    assert (result.usage.requests, result.usage.refused) == (2, 1)  # it is a refusal, not a request
     assert [r.cost.source for r in result.requests] == ["reported", "reported", "refused"] or [
         r.status_code for r in result.requests
     ] == [200, 200, 400]

@@ -96,6 +96,9 @@ def test_five_runs_from_two_machines_under_a_ticket_s_day_cap_make_at_most_its_c
     )  # fmt: skip
     groups = {group["key"]: group for group in json.loads(report.stdout)["groups"]}
     assert sum(group["runs"] for group in groups.values()) == 5
+    # What the cap let out is what the report calls requests; the runs past it were refused
+    total = json.loads(report.stdout)["total"]
+    assert total["requests"] == len(upstream.requests) and total["refused"] >= 5 - 3, total
     assert groups["done"]["requests"] <= 3 and groups["budget_exceeded"]["input_tokens"] == 0, (
         groups
     )  # refused at the endpoint

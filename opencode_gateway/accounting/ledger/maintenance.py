@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import LedgerError, SettingsError
 from .connection import connect
 from .location import LedgerLocation
-from .queries import SOURCE, selection
+from .queries import MADE, REFUSED, SOURCE, selection
 from .schema import opened, schema_version
 from .spool import pending
 from .transfer import Moved, merge
@@ -104,13 +104,13 @@ def find_runs(
         where_sql, filters = selection(database.dialect, since, until, where)
         rows = database.execute(
             "SELECT r.run_id, MIN(r.started_at), MAX(r.model), MAX(COALESCE(r.stop_reason, 'running')), "
-            f"MAX(r.metadata), COUNT(q.request_id), SUM(q.cost) FROM {SOURCE} {where_sql} "
+            f"MAX(r.metadata), {MADE}, {REFUSED}, SUM(q.cost) FROM {SOURCE} {where_sql} "
             "GROUP BY r.run_id ORDER BY MIN(r.started_at), r.run_id",
             filters,
         ).fetchall()
     finally:
         database.close()
-    names = ("run_id", "started_at", "model", "outcome", "metadata", "requests", "cost")
+    names = ("run_id", "started_at", "model", "outcome", "metadata", "requests", "refused", "cost")
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 

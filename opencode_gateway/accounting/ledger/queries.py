@@ -19,6 +19,8 @@ __all__ = [
     "BUILT_IN_GROUPS",
     "approval_counts",
     "DEFAULT_BY",
+    "MADE",
+    "REFUSED",
     "SOURCE",
     "STARTED",
     "Grouping",
@@ -50,7 +52,11 @@ BUILT_IN_GROUPS: Mapping[str, str] = {
 }
 DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
-_SUMS = """COUNT(DISTINCT r.run_id) AS runs, COUNT(q.request_id) AS requests,
+# A request's row that went out to the model or gateway, and one a budget or the turn cap refused
+# (it never went out): counted apart, so a cap of three requests shows three, and its refusals.
+MADE = "SUM(CASE WHEN q.request_id IS NOT NULL AND q.cost_source <> 'refused' THEN 1 ELSE 0 END)"
+REFUSED = "SUM(CASE WHEN q.cost_source = 'refused' THEN 1 ELSE 0 END)"
+_SUMS = f"""COUNT(DISTINCT r.run_id) AS runs, {MADE} AS requests, {REFUSED} AS refused,
     SUM(q.input_tokens) AS input_tokens, SUM(q.output_tokens) AS output_tokens,
     SUM(q.cache_read_tokens) AS cache_read_tokens, SUM(q.cache_write_tokens) AS cache_write_tokens,
     SUM(q.reasoning_tokens) AS reasoning_tokens, SUM(q.cost) AS cost,
@@ -256,7 +262,7 @@ def runs_page(
     count = connection.execute(f"SELECT COUNT(DISTINCT r.run_id) FROM {SOURCE} {where_sql}", filters).fetchone()[0]
     page = connection.execute(
         f"SELECT r.run_id, r.started_at, r.ended_at, r.model, r.metadata, COALESCE(r.stop_reason, 'running') AS "
-        f"stop_reason, COUNT(q.request_id) AS requests, SUM(q.cost) AS cost, "
+        f"stop_reason, {MADE} AS requests, {REFUSED} AS refused, SUM(q.cost) AS cost, "
         f"SUM(CASE WHEN q.request_id IS NOT NULL AND q.cost IS NULL THEN 1 ELSE 0 END) AS unpriced_requests "
         f"FROM {SOURCE} {where_sql} GROUP BY r.run_id ORDER BY r.started_at DESC, r.run_id "
         f"LIMIT ? OFFSET ?",

@@ -275,7 +275,7 @@ def abandon(database: Database, run_id: str) -> None:
 
 
 _RUN_TOTALS = {
-    "requests": "COUNT(*)",
+    "requests": "COALESCE(SUM(CASE WHEN cost_source <> 'refused' THEN 1 ELSE 0 END), 0)",  # made, not refused
     "input_tokens": "SUM(input_tokens)",
     "output_tokens": "SUM(output_tokens)",
     "cache_read_tokens": "SUM(cache_read_tokens)",
