@@ -238,3 +238,31 @@ def test_a_policy_naming_a_tool_opencode_does_not_have_is_exit_2_in_one_line(tmp
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert "approvals.rules: 'bassh' is not a tool OpenCode has: use apply_patch, bash" in line
+
+
+def test_report_words_of_ccusage_are_its_dimensions_and_help_names_every_dimension(tmp_path: Path) -> None:
+    from opencode_gateway.accounting.ledger.queries import BUILT_IN_GROUPS
+    from tests.support.builders import spend_ledger
+
+    ledger = str(spend_ledger(tmp_path / "ledger.db"))
+    for word, by in (("daily", "day"), ("weekly", "week"), ("monthly", "month"), ("session", "session")):
+        said = cli("report", word, "--ledger", ledger, "--format", "json")
+        assert (
+            said.returncode == 0
+            and said.stdout == cli("report", "--by", by, "--ledger", ledger, "--format", "json").stdout
+        )
+        assert json.loads(said.stdout)["by"] == by
+    both = cli("report", "daily", "--by", "ticket", "--ledger", ledger)
+    assert both.returncode == 2 and "report daily groups by day, and --by says ticket" in both.stderr
+    helped = " ".join(cli("report", "--help").stdout.split())
+    assert all(key in helped for key in BUILT_IN_GROUPS) and "daily|weekly|monthly|session" in helped
+
+
+def test_a_where_that_matches_no_run_says_so(tmp_path: Path) -> None:
+    from tests.support.builders import spend_ledger
+
+    ledger = str(spend_ledger(tmp_path / "ledger.db"))
+    nothing = cli("report", "--where", "ticket=ENG-999", "--ledger", ledger)
+    assert nothing.returncode == 0 and "no run in" in nothing.stderr and "has ticket=ENG-999" in nothing.stderr
+    found = cli("report", "--where", "ticket=ENG-401", "--ledger", ledger)
+    assert found.returncode == 0 and found.stderr == ""

@@ -88,9 +88,9 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {"by": self.by, "groups": [_group_dict(g) for g in self.groups], "total": _group_dict(self.total)}
 
-    def render(self, fmt: str) -> str:
+    def render(self, fmt: str, *, width: int | None = None) -> str:
         """As `table`, `csv`, `markdown` (a GitHub table: a CI job's summary, a pull request
-        comment) or `json`."""
+        comment) or `json`. A table wider than `width` (a narrow terminal's) is the compact one."""
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
         header, cells = self._header(), self._rows(fmt)
@@ -98,7 +98,46 @@ class Report:
             return _csv(header, cells)
         if fmt == "markdown":
             return _markdown(header, cells, figures=12 + (3 if self.total.asked else 0))
-        return render_table(header, cells)
+        table = render_table(header, cells)
+        if width is None or max(map(len, table.splitlines())) <= width:
+            return table
+        return self._compact(width)
+
+    def _compact(self, width: int) -> str:
+        """The figures a person reads first, tokens in k and M, names cut to fit `width` (80
+        columns and up); a pipe, a file or --format csv keep every column."""
+        refused = bool(self.total.refused)
+        header = [
+            self.by,
+            "runs",
+            "requests",
+            *(("refused",) if refused else ()),
+            "input",
+            "output",
+            "cached",
+            "cost_usd",
+        ]
+        groups: list[tuple[str, Group]] = []
+        for group in self.groups:  # a breakdown's rows under their group's
+            groups += [(group.label, group), *((f"  └ {part.label}", part) for part in group.parts)]
+        rows = [
+            [
+                label,
+                str(g.runs),
+                str(g.requests),
+                *((str(g.refused),) if refused else ()),
+                _short(g.input_tokens),
+                _short(g.output_tokens),
+                f"{g.cached_share:.0%}",
+                f"{g.cost:.4f}",
+            ]
+            for label, g in [*groups, ("TOTAL", self.total)]
+        ]
+        figures = [
+            max(len(text) for text in column) for column in zip(header[1:], *(row[1:] for row in rows), strict=True)
+        ]
+        room = max(width - sum(figures) - 2 * len(figures), 8)
+        return render_table(header, [[_cut(row[0], room), *row[1:]] for row in rows])
 
     def _header(self) -> list[str]:
         by_run = self.by == "run"
@@ -133,6 +172,18 @@ class Report:
             ]
         cells.append(_cells(self.total, "TOTAL", by_run, self.total.asked))
         return cells
+
+
+def _short(count: int) -> str:
+    """A token count in at most 6 characters: 950, 12.3k, 4.56M."""
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
 
 
 def _csv(header: list[str], cells: list[list[str]]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._litellm import owning_loop
+from ..accounting.ledger.queries import DEFAULT_BY, REPORT_WORDS
 from ..accounting.records import calls_said
 from ..config.file import load_settings
 from ..config.settings import RunSettings, Settings, check_choices
@@ -105,41 +107,57 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_by(word: str | None, by: str | None) -> str:
+    """What a report groups by: `report daily` is `--by day`; both, when they differ, are a mistake."""
+    if word is None:
+        return by or DEFAULT_BY
+    if by is not None and by != REPORT_WORDS[word]:
+        raise SettingsError(f"report {word} groups by {REPORT_WORDS[word]}, and --by says {by}: give one of them")
+    return REPORT_WORDS[word]
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     if args.reconcile:
         return _reconcile(args, settings)
     from ..accounting.report import build_report
 
+    by = _report_by(args.word, args.by)
     where = list(pairs(args.where, "--where").items())
     if not settings.ledger_location.exists():  # nothing has run yet: an empty report, not an error
         from ..accounting.report import Report
 
         print(f"opencode-gateway: no runs yet (no ledger at {settings.ledger_location})", file=sys.stderr)
-        sys.stdout.write(Report.empty(args.by).render(args.format))
+        sys.stdout.write(Report.empty(by).render(args.format))
         return 0
     if args.html:
-        return _write_dashboard(args, settings, where)
+        return _write_dashboard(args, by, settings, where)
     report = build_report(
         settings.ledger_location,
-        by=args.by,
+        by=by,
         since=args.since,
         until=args.until,
         where=where,
         breakdown=args.breakdown,
         tz=args.tz,
     )
-    sys.stdout.write(report.render(args.format))
+    if where and not report.total.runs:
+        chosen = " and ".join(f"{key}={value}" for key, value in where)
+        print(
+            f"opencode-gateway: no run in {settings.ledger_location} has {chosen} (in the time asked)", file=sys.stderr
+        )
+    narrow = sys.stdout.isatty() and args.format == "table"  # a pipe or a file gets every column
+    sys.stdout.write(report.render(args.format, width=shutil.get_terminal_size().columns if narrow else None))
     return 0
 
 
-def _write_dashboard(args: argparse.Namespace, settings: Settings, where: list[tuple[str, str]]) -> int:
+def _write_dashboard(args: argparse.Namespace, by: str, settings: Settings, where: list[tuple[str, str]]) -> int:
     """`report --html FILE`: the dashboard as one file that opens with no network."""
     from ..dashboard.data import Query, dashboard_data
     from ..dashboard.page import render_page
 
     data = dashboard_data(
-        settings.ledger_location, Query(by=args.by, since=args.since, until=args.until, where=tuple(where), limit=None)
+        settings.ledger_location, Query(by=by, since=args.since, until=args.until, where=tuple(where), limit=None)
     )
     target = Path(args.html)
     try:  # as private as the ledger it shows (0600): it names every ticket, workdir and cost

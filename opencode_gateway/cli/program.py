@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ..accounting.ledger.queries import BUILT_IN_GROUPS, REPORT_WORDS
 from ..config.options import TASK_OPTIONS
 from ..credentials import refuse_inspection
 from ..errors import GatewayError, SettingsError
@@ -247,15 +248,19 @@ def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
-    report = commands.add_parser(
-        "report", help="spend per ticket, metadata key, model, tag, day, week, month, run, session, workdir or outcome"
+    report = commands.add_parser("report", help=f"spend per ticket, any metadata key, {', '.join(BUILT_IN_GROUPS)}")
+    report.add_argument(
+        "word",
+        nargs="?",
+        choices=REPORT_WORDS,
+        metavar="|".join(REPORT_WORDS),
+        help="the reports ccusage users know: the same as --by " + ", ".join(REPORT_WORDS.values()),
     )
     report.add_argument(
         "--by",
-        default="ticket",
         metavar="KEY",
-        help="a metadata key (default: ticket), or model, tag, day, week, month, run, session, workdir "
-        "(or project), outcome (how runs ended: done, abandoned...)",
+        help=f"a metadata key (default: ticket), or {', '.join(BUILT_IN_GROUPS)} (project is workdir; outcome: "
+        "how runs ended, done, abandoned...; purpose: main, title...; host: the machine a run ran on)",
     )
     report.add_argument(
         "--since",

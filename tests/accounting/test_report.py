@@ -14,9 +14,9 @@ import pytest
 
 from opencode_gateway.accounting.budget import Claim, PeriodBudget, Spent
 from opencode_gateway.accounting.ledger import Ledger, LedgerLocation
+from opencode_gateway.accounting.ledger.maintenance import find_runs
 from opencode_gateway.accounting.pricing import Cost
 from opencode_gateway.accounting.records import ApprovalRecord, RequestRecord, RunUsage
-from opencode_gateway.accounting.ledger.maintenance import find_runs
 from opencode_gateway.accounting.report import build_report
 from opencode_gateway.accounting.usage import Usage
 from opencode_gateway.errors import SettingsError
@@ -458,3 +458,30 @@ def test_asks_are_counted_per_group_once_a_ledger_has_any(filled: LedgerLocation
     rows = list(csv.reader(io.StringIO(report.render("csv"))))
     assert rows[0][-3:] == ["asked", "allowed", "denied"] and rows[-1][-3:] == ["4", "2", "2"]
     assert json.loads(report.render("json"))["total"]["denied"] == 2
+
+
+def test_by_host_groups_runs_by_the_machine_they_ran_on(ledger_at: LedgerLocation) -> None:
+    ledger = Ledger(ledger_at)
+    for run_id, owner in (("a", "laptop:101:5"), ("b", "laptop:102:6"), ("c", "ci-runner-7:9:1")):
+        ledger.start_run(run_row(run_id, started_at=DAY1, metadata={"ticket": "ENG-1"}, owner=owner))
+        ledger.record_request(run_id, request(run_id, 1, (100, 10, 0), 0.001))
+    ledger.close()
+    groups = {g.key: (g.runs, g.requests) for g in build_report(ledger_at, by="host").groups}
+    assert groups == {"laptop": (2, 2), "ci-runner-7": (1, 1)}
+
+
+def test_a_narrow_terminal_gets_a_compact_table_every_line_within_its_width(filled: LedgerLocation) -> None:
+    for by in ("ticket", "run", "model"):
+        report = build_report(filled, by=by, breakdown=True)
+        assert max(map(len, report.render("table").splitlines())) > 80  # every column: wider
+        compact = report.render("table", width=80).splitlines()
+        assert max(map(len, compact)) <= 80, compact
+        assert compact[0].split()[:3] == [by, "runs", "requests"] and compact[-1].split()[0] == "TOTAL"
+    rows = {
+        line.split()[0]: line.split()
+        for line in build_report(filled, by="ticket").render("table", width=80).splitlines()
+    }
+    assert rows["ENG-1"][1:5] == ["2", "3", "3.5k", "160"]  # runs, requests, input and output tokens
+    assert build_report(filled, by="ticket").render("table", width=400) == build_report(filled, by="ticket").render(
+        "table"
+    )

@@ -21,6 +21,7 @@ class Dialect:
     tags_join: str  # `tag.value`: one row per tag of `r`
     metadata_keys: str  # every key of every run's metadata
     _buckets: dict[str, str]  # day, week, month, hour of Unix seconds {t}
+    _host: str  # the machine of an owner {column} (host:pid:start time, ledger/owners.py)
     in_list: str  # {column} is one of the list parameter ?
     list_param: Callable[[Sequence[str]], Any]
     no_limit: int | None  # LIMIT's "no limit"
@@ -31,6 +32,9 @@ class Dialect:
 
     def bucket(self, size: str, seconds: str) -> str:
         return self._buckets[size].format(t=seconds)
+
+    def host(self, column: str) -> str:
+        return self._host.format(column=column)
 
 
 SQLITE = Dialect(
@@ -45,6 +49,7 @@ SQLITE = Dialect(
         "month": "strftime('%Y-%m', {t}, 'unixepoch')",
         "hour": "strftime('%Y-%m-%dT%H:00', {t}, 'unixepoch')",
     },
+    _host="substr({column}, 1, instr({column}, ':') - 1)",
     in_list="{column} IN (SELECT value FROM json_each(?))",
     list_param=lambda values: json.dumps(list(values)),
     no_limit=-1,
@@ -66,6 +71,7 @@ POSTGRES = Dialect(
         "month": f"to_char({_UTC}, 'YYYY-MM')",
         "hour": f"to_char({_UTC}, 'YYYY-MM-DD\"T\"HH24:00')",
     },
+    _host="split_part({column}, ':', 1)",
     in_list="{column} = ANY(?)",
     list_param=list,
     no_limit=None,

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_BY",
     "MADE",
     "REFUSED",
+    "REPORT_WORDS",
     "SOURCE",
     "STARTED",
     "Grouping",
@@ -49,8 +50,11 @@ BUILT_IN_GROUPS: Mapping[str, str] = {
     "project": "r.workdir",  # ccusage's word for it
     "outcome": "COALESCE(r.stop_reason, 'running')",  # done, error, timeout, interrupted, abandoned...
     "purpose": "CASE WHEN q.request_id IS NOT NULL THEN COALESCE(q.purpose, 'main') END",  # main, title, ...
+    "host": "",  # the dialect's: the machine the run's process ran on (its owner's host)
 }
 DEFAULT_BY = "ticket"  # may be grouped by before any run has a ticket
+# ccusage's words for its reports, as `report <word>`: the dimension each one is
+REPORT_WORDS: Mapping[str, str] = {"daily": "day", "weekly": "week", "monthly": "month", "session": "session"}
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 # A request's row that went out to the model or gateway, and one a budget or the turn cap refused
 # (it never went out): counted apart, so a cap of three requests shows three, and its refusals.
@@ -101,6 +105,8 @@ def grouping(dialect: Dialect, by: str, offset_s: float = 0.0) -> Grouping:
         if offset_s:
             return Grouping(dialect.bucket(by, f"({STARTED} + ?)"), parameters=(offset_s,) * _uses(dialect, by))
         return Grouping(dialect.bucket(by, STARTED))
+    if by == "host":
+        return Grouping(dialect.host("r.owner"))
     if by in BUILT_IN_GROUPS:
         return Grouping(BUILT_IN_GROUPS[by], dialect.tags_join if by == "tag" else "")
     if _METADATA_KEY.match(by):
