@@ -4,6 +4,7 @@ says what to do in one line, exits 2 before anything starts, and never prints th
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sqlite3
 import subprocess
@@ -175,6 +176,54 @@ def test_a_read_only_role_reads_the_team_ledger_for_report_and_the_dashboard(
     assert postgres.psql("SELECT stop_reason IS NULL FROM runs WHERE run_id = 'run_open'", database) == "t\n"
     denied = postgres.psql("SELECT has_table_privilege('reader', 'runs', 'UPDATE')", database)
     assert denied == "f\n"
+
+
+def documented_roles(name: str) -> str:
+    """docs/costs.md's SQL for a team's roles, its names made this test's own (roles are the
+    cluster's, shared by every test on it)."""
+    text = (Path(__file__).parents[2] / "docs" / "costs.md").read_text()
+    sql = text.split("**Privileges.**", 1)[1].split("```sql\n", 1)[1].split("```", 1)[0]
+    sql = sql.replace("spend_writer", f"{name}_writer").replace("spend_reader", f"{name}_reader")
+    return re.sub(r"\bspend\b", name, sql)
+
+
+def test_the_documented_roles_let_the_writer_make_the_ledger_and_the_reader_report_it(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    """PostgreSQL 15+ gives no CREATE on schema public: the docs' writer owns the database, and
+    the reader reads the tables the writer makes after the grants (default privileges)."""
+    postgres.psql(documented_roles("team"))
+    writer = postgres.url("team", user="team_writer", password="writer-password")
+    reader = postgres.url("team", user="team_reader", password="reader-password")
+    made = cli("ledger", "import", str(old_ledger(tmp_path / "laptop.db")), "--ledger", writer)
+    assert made.returncode == 0, made.stderr
+    report = cli("report", "--format", "json", "--ledger", reader)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["total"]["runs"] == 2
+    # A reader that tries to write: one line naming the GRANT that would let it
+    wrote = cli("ledger", "import", str(old_ledger(tmp_path / "other.db")), "--ledger", reader)
+    assert wrote.returncode == 2 and len(wrote.stderr.strip().splitlines()) == 1, wrote.stderr
+    assert "permission denied for table" in wrote.stderr and (
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO team_reader;" in wrote.stderr
+    )
+    assert "reader-password" not in wrote.stderr
+
+
+def test_a_role_that_may_not_create_the_tables_is_told_the_grant_in_one_line(
+    postgres: Postgres, tmp_path: Path
+) -> None:
+    database = postgres.create_database("not_owned").rsplit("/", 1)[1]  # the cluster owner's
+    postgres.psql(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'newcomer') THEN "
+        "CREATE ROLE newcomer LOGIN PASSWORD 'newcomerpw'; END IF; END $$;"
+        f"GRANT CONNECT ON DATABASE {database} TO newcomer;"
+    )
+    url = postgres.url(database, user="newcomer", password="newcomerpw")
+    result = cli("ledger", "import", str(old_ledger(tmp_path / "laptop.db")), "--ledger", url)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "permission denied for schema public" in result.stderr
+    assert "as the database's owner, run: GRANT CREATE ON SCHEMA public TO newcomer;" in result.stderr
+    assert "newcomerpw" not in result.stderr
 
 
 POISON = """UPDATE runs SET metadata = '{"note": "caf\\udce9", "ticket": "ENG-1"}' WHERE run_id = 'bad'"""

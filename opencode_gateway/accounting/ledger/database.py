@@ -6,8 +6,10 @@ locks it is given, and every driver error turned into a LedgerError that says wh
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,10 +134,29 @@ def sqlite_error(shown: str, exc: sqlite3.Error) -> LedgerError:
     return LedgerError(f"ledger {shown}: {text}")
 
 
+# What a role a privilege is missing needs, by what PostgreSQL said it may not do: the ledger's
+# tables made on a database's first use (15 and later give no CREATE on schema public), written
+# by run, batch, serve and ledger sync|import, or read by report and doctor.
+_GRANTS = (
+    ("for schema", "GRANT CREATE ON SCHEMA public TO {role}; (or make {role} the database's owner)"),
+    ("for table", "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; to write, "
+     "or GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}; to read"),
+)  # fmt: skip
+
+
+def _missing_privilege(shown: str, text: str) -> LedgerConfigError:
+    """One line naming the GRANT to run, as the database's owner (docs/costs.md, Privileges)."""
+    role = urllib.parse.urlsplit(shown).username or os.environ.get("PGUSER") or "<the ledger's role>"
+    grant = next((grant for sign, grant in _GRANTS if sign in text), _GRANTS[1][1]).format(role=role)
+    return LedgerConfigError(f"ledger {shown}: {text}: as the database's owner, run: {grant}")
+
+
 def postgres_error(shown: str, exc: Exception) -> LedgerError:
     import psycopg
 
     text = " ".join(str(exc).split())
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return _missing_privilege(shown, text)
     if isinstance(exc, psycopg.errors.TransactionRollback):  # a deadlock or a serialization failure:
         return LedgerError(f"ledger {shown}: {text}")  # the database is there; the write is retried
     if isinstance(exc, psycopg.OperationalError) and not any(word in text for word in _REFUSALS):
