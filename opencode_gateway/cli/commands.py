@@ -335,8 +335,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _launch_env(args: argparse.Namespace) -> tuple[RunSettings, ServerState, dict[str, str]]:
     from ..serve.launch import ServerState, launch_env
 
-    settings = settings_of(args).validated()
-    server = ServerState.read(settings.data_dir)
+    unchecked = settings_of(args)
+    server = ServerState.read(unchecked.data_dir)
+    if unchecked.gateway_api_base is None and server.gateway is not None:  # the server talks to the gateway
+        unchecked = unchecked.replace(api_base=server.gateway)
+    settings = unchecked.validated()
     return settings, server, launch_env(settings, server, workdir=Path.cwd())
 
 

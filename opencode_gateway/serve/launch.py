@@ -11,6 +11,7 @@ launch (the server's admin token never reaches it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -150,15 +151,17 @@ def server_token(data_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class ServerState:
-    """Where a running server is, as its state file says."""
+    """Where a running server is, as its state file says, and the gateway it forwards
+    `litellm_proxy/` models to (a URL, no secret): a launcher asks no one to repeat it."""
 
     url: str
     pid: int
     token_file: str
+    gateway: str | None = None
 
     def write(self, data_dir: Path) -> None:
         _, state_file = _paths(data_dir)
-        state_file.write_text(json.dumps({"url": self.url, "pid": self.pid, "token_file": self.token_file}))
+        state_file.write_text(json.dumps(dataclasses.asdict(self)))
 
     @staticmethod
     def clear(data_dir: Path) -> None:
@@ -172,7 +175,7 @@ class ServerState:
         hint = f"start one with `opencode-gateway serve` (it keeps its state in {state_file.parent})"
         try:
             data = json.loads(state_file.read_text())
-            state = cls(str(data["url"]), int(data["pid"]), str(data["token_file"]))
+            state = cls(str(data["url"]), int(data["pid"]), str(data["token_file"]), data.get("gateway") or None)
         except (OSError, ValueError, KeyError, TypeError):
             raise SettingsError(f"no opencode-gateway server is running: {hint}") from None
         try:

@@ -303,7 +303,7 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     try:
         async with listening:
-            ServerState(listening.url, os.getpid(), str(token_file)).write(settings.data_dir)
+            ServerState(listening.url, os.getpid(), str(token_file), settings.gateway_api_base).write(settings.data_dir)
             if on_ready is not None:
                 on_ready(listening.url, str(token_file), f"{listening.url}/login?code={access.new_code()}")
             await stop.wait()

@@ -8,6 +8,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -122,6 +123,48 @@ def test_launching_without_a_server_says_how_to_start_one(env: dict[str, str], w
     result = launch(env, workdir)
     assert result.returncode == 2
     assert "no opencode-gateway server is running: start one with `opencode-gateway serve`" in result.stderr
+
+
+def test_the_docs_tui_recipe_finds_the_server_and_its_gateway_without_the_shell_repeating_them(
+    upstream: ScriptedUpstream,
+    gateway_home: Path,
+    env: dict[str, str],
+    workdir: Path,
+    opencode_bin: str,
+    generation: int,
+) -> None:
+    """docs/cli.md's `( eval "$(opencode-gateway env -m litellm_proxy/team-a)"; opencode )`, in a
+    shell that knows neither the gateway's URL nor its key: serve knows both (here the scripted
+    model stands in for the gateway), and says where the gateway is in its state file."""
+    shell = {k: v for k, v in env.items() if not k.startswith(("LITELLM_PROXY_", "OPENCODE_BIN"))}
+    shell["PATH"] = f"{Path(sys.executable).parent}:{Path(opencode_bin).parent}:{os.environ['PATH']}"
+    served = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--api-base", upstream.url, "--api-key", "sk-team"],
+        env={**env, "LITELLM_PROXY_API_BASE": "", "LITELLM_PROXY_API_KEY": ""},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (gateway_home / "serve" / "server.json").exists():
+            assert served.poll() is None and time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.1)
+        upstream.script(Reply(text="Hello from the group.", usage=usage(100, 5)))
+        # The TUI is `opencode`; headless, the same launch runs one prompt (2.x: with no service left)
+        opencode = "opencode run --format json --title t" + (" --standalone" if generation == 2 else "")
+        recipe = (
+            f'( eval "$(opencode-gateway env -m litellm_proxy/team-a --opencode-bin {opencode_bin})"; {opencode} hi )'
+        )
+        result = subprocess.run(
+            ["bash", "-c", recipe], cwd=workdir, env=shell, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0 and "Hello from the group." in result.stdout, result.stderr[-3000:]
+        [request] = [r for r in upstream.requests if r["body"].get("tools")]
+        assert request["body"]["model"] == "team-a" and request["headers"]["authorization"] == "Bearer sk-team"
+        assert "sk-team" not in result.stdout + result.stderr
+    finally:
+        served.send_signal(signal.SIGTERM)
+        served.wait(30)
 
 
 def _cpu_s(pid: int) -> float:
