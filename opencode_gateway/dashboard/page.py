@@ -62,7 +62,7 @@ def _totals(total: dict[str, Any], missing: int) -> str:
         ("cost", _usd(total["cost"]), "cost of the priced requests"),
         ("runs", f"{total['runs']:,}", "runs"),
         ("requests", f"{total['requests']:,}", "requests"),
-        ("refused", f"{total['refused']:,}", "refused by a budget"),
+        ("refused", f"{total['refused']:,}", "calls refused (budget, turn cap)"),
         *((key, f"{total[key]:,}", f"{label} tokens") for key, label in _TOKENS),
         ("unpriced_requests", f"{total['unpriced_requests']:,}", "unpriced requests"),
         ("usage_missing_requests", f"{missing:,}", "requests without usage"),

@@ -284,3 +284,63 @@ def test_a_first_days_charts_start_at_zero_by_hour_with_the_figures_in_the_legen
     )
     assert values == {"openai/gpt-4.1": "$0.840000", "openai/gpt-4o-mini": "$0.160000"}  # before any hover
     page.screenshot(path=str(artifacts / "dashboard-first-day.png"))
+
+
+def ledger_of(path: Path, spends: list[tuple[str, float, float]]) -> Path:
+    """A ledger of one-request runs: (ticket, cost, when)."""
+    from opencode_gateway.accounting.ledger import Ledger
+    from opencode_gateway.accounting.usage import Usage
+    from tests.support.builders import record
+
+    ledger = Ledger(path)
+    for number, (ticket, cost, when) in enumerate(spends):
+        ledger.start_run(
+            run_row(f"run_{number}", started_at=when, model="openai/gpt-4o-mini", metadata={"ticket": ticket})
+        )
+        ledger.record_request(
+            f"run_{number}",
+            record(f"r{number}", usage=Usage(1000, 10), cost=cost, model="openai/gpt-4o-mini", started_at=when),
+        )
+    ledger.close()
+    return path
+
+
+HOUR = 1_796_428_800.0 + 9 * 3600  # 2026-12-03 09:00 UTC
+LEDGERS = {
+    # three tickets at $1.10 in one hour: one $3.30 stack (drawn cut at $1 on a fixed axis, two not at all)
+    "one hour": [("ENG-1", 1.10, HOUR + 60), ("ENG-2", 1.10, HOUR + 120), ("ENG-3", 1.10, HOUR + 180)],
+    # many days, the tallest day $2.50
+    "many days": [(f"ENG-{n % 3}", 0.5 + (n % 4), HOUR + n * 86_400 / 2) for n in range(20)],
+    # a tiny spend: one $0.0013 hour
+    "tiny": [("ENG-1", 0.0013, HOUR + 60)],
+}
+
+
+@pytest.mark.parametrize("name", list(LEDGERS))
+def test_the_charts_scale_to_the_tallest_stack_and_draw_every_series(
+    name: str, tmp_path: Path, page: Any, artifacts: Path
+) -> None:
+    """Both dashboards draw their charts with the same page.js (report --html here, serve's live page
+    in the test above): the y axis from $0 to just above the tallest stacked bar, whatever it is."""
+    spends = LEDGERS[name]
+    ledger = ledger_of(tmp_path / "ledger.db", spends)
+    out = tmp_path / "spend.html"
+    cli("report", "--ledger", ledger, "--html", out)
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    one_day = len({time.strftime("%Y-%m-%d", time.gmtime(when)) for _, _, when in spends}) == 1
+    buckets: dict[str, float] = {}  # by hour when every spend is of one day, else by day (as the page)
+    for _, cost, when in spends:
+        bucket = time.strftime("%Y-%m-%dT%H" if one_day else "%Y-%m-%d", time.gmtime(when))
+        buckets[bucket] = buckets.get(bucket, 0.0) + cost
+    tallest = max(buckets.values())
+    tickets = sorted({ticket for ticket, _, _ in spends})
+    for chart, names in (("chart-group", tickets), ("chart-model", ["openai/gpt-4o-mini"])):
+        page.wait_for_selector(f"#{chart}[data-y-max]")  # drawn
+        element = page.locator(f"#{chart}")
+        y_max = float(element.get_attribute("data-y-max"))
+        assert float(element.get_attribute("data-y-min")) == 0.0
+        assert tallest <= y_max <= 1.2 * tallest, (chart, tallest, y_max)  # every stack whole, none a sliver
+        assert sorted(legend(page, chart)) == names  # every series drawn
+        assert int(element.get_attribute("data-bars")) == len(buckets)
+    page.screenshot(path=str(artifacts / f"dashboard-{name.replace(' ', '-')}.png"))

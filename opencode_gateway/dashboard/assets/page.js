@@ -19,18 +19,21 @@
       running = running.map(function (v, i) { return v + values[i]; });
       sums.push(running.slice());
     });
+    // The y axis is the data's: up to the tallest stack (uPlot was given no data range with auto
+    // off, and fell back to $0-$1: three $1.10 tickets in one hour were cut at $1, two not drawn).
+    var top = Math.max.apply(null, running.concat([0]));
     var order = sums.map(function (_, i) { return i; }).reverse();
     var totals = series.cost.map(function (values) { return values.reduce(function (a, b) { return a + b; }, 0); });
     var opts = {
       width: el.clientWidth || 900, height: 300,
       scales: {x: {time: true, auto: false, range: [Math.min.apply(null, xs) - step / 2, Math.max.apply(null, xs) + step / 2]},
                // Spend starts at $0: a range from the smallest bar drew 84% of the spend as a sliver.
-               y: {auto: false, range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }}},
+               y: {auto: false, range: function () { return [0, top > 0 ? top * 1.1 : 1]; }}},
       axes: [{incrs: hourly ? [3600, 3 * 3600, 6 * 3600] : [86400, 7 * 86400, 28 * 86400],
                values: function (u, vals) { return vals.map(function (v) { return new Date(v * 1000).toISOString().slice(hourly ? 11 : 5, hourly ? 16 : 10); }); }},
              {size: 80, values: function (u, vals) { return vals.map(function (v) { return "$" + Number(v.toPrecision(3)); }); }}],
       hooks: {draw: [function (u) {  // the drawn scale, for a reader (and the browser tests)
-        el.dataset.yMin = u.scales.y.min; el.dataset.yMax = u.scales.y.max;
+        el.dataset.yMin = u.scales.y.min; el.dataset.yMax = u.scales.y.max; el.dataset.top = top;
       }]},
       series: [{}].concat(order.map(function (i) {
         return {label: series.names[i], fill: COLORS[i % COLORS.length], stroke: COLORS[i % COLORS.length],
