@@ -20,7 +20,7 @@ from .ledger.queries import approval_counts, group_rows
 from .pricing import usd
 from .times import utc_time, zone
 
-__all__ = ["Group", "Report", "RunFacts", "build_report", "render_table", "report_from"]
+__all__ = ["Group", "Report", "RunFacts", "build_report", "markdown_cell", "render_table", "report_from"]
 
 
 @dataclass(frozen=True)
@@ -197,8 +197,8 @@ def _csv(header: list[str], cells: list[list[str]]) -> str:
 def _markdown(header: list[str], cells: list[list[str]], *, figures: int) -> str:
     """A GitHub table, the last `figures` columns aligned right, the total in bold."""
     rows = [header, ["---:" if i >= len(header) - figures else "---" for i in range(len(header))]]
-    rows += [[_markdown_cell(cell) for cell in row] for row in cells[:-1]]
-    rows.append([f"**{_markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
+    rows += [[markdown_cell(cell) for cell in row] for row in cells[:-1]]
+    rows.append([f"**{markdown_cell(cell)}**" if cell else "" for cell in cells[-1]])
     return "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
@@ -215,7 +215,7 @@ def _csv_cell(text: str) -> str:
     return f"'{text}" if text.startswith(_FORMULA_START) else text
 
 
-def _markdown_cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
     """A cell of a GitHub table that stays one line of text: newlines folded, markup escaped."""
     return cell(" ".join(text.splitlines())).translate(_MARKDOWN)
 

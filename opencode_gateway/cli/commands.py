@@ -21,6 +21,7 @@ from ..config.settings import RunSettings, Settings, check_choices
 from ..errors import SettingsError
 from ..terminal import cell
 from .arguments import output_schema, pairs, settings_of, stdin_text
+from .ci import batch_figures, report_to_ci, run_figures
 from .printed import print_json, print_result
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except OutputInvalid as exc:
         result = exc.result
     print_result(result, as_json=args.json)
+    report_to_ci(run_figures(result), settings)
     return 0 if result.ok else 1
 
 
@@ -413,4 +415,5 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             f"results: {batch.results_file}\nper run: opencode-gateway report --by run --where "
             f"batch_id={batch.batch_id}"
         )
+    report_to_ci(batch_figures(batch.batch_id, settings.model or "", outcomes), settings)
     return 0 if all(o.ok for o in outcomes) else 1
