@@ -42,16 +42,35 @@ def _opencode(settings: Settings) -> Check:
     return Check("opencode", True, f"OpenCode {found.version} (generation {found.generation.number}) at {found.path}")
 
 
-def _ripgrep(settings: Settings) -> Check:
-    found = shutil.which("rg")
-    if found is None:
-        return Check(
-            "rg",
-            False,
-            "ripgrep is not on PATH: OpenCode's glob, grep and skill tools fail without it; "
-            "install it (apt-get install ripgrep)",
-        )
-    return Check("rg", True, found)
+# What a run takes from the system, as (program, its Debian package, what needs it, when).
+_PROGRAMS = (
+    ("rg", "ripgrep", "OpenCode's glob, grep and skill tools", "always"),
+    ("bwrap", "bubblewrap", "the sandbox", "sandbox"),
+    ("socat", "socat", "the sandbox's bridge to the endpoint", "sandbox"),
+    ("npm", "npm", "install-opencode", "no opencode"),
+)
+
+
+def _packages(settings: Settings) -> Check:
+    """Each program missing from PATH, and the one command that installs every package missing.
+    The sandbox's are needed unless it is off (`auto` runs unconfined without them: a note, not a
+    failure); npm only until OpenCode is installed."""
+    from ..opencode.binary import find_opencode
+
+    try:
+        find_opencode(settings.opencode_bin, settings.data_dir)
+        installed = True
+    except GatewayError:
+        installed = False
+    wanted = {"always": True, "sandbox": settings.sandbox != "none", "no opencode": not installed}
+    missing = [row for row in _PROGRAMS if wanted[row[3]] and shutil.which(row[0]) is None]
+    if not missing:
+        found = [program for program, _, _, when in _PROGRAMS if wanted[when]]
+        return Check("packages", True, f"{', '.join(found)} on PATH")
+    command = ("" if os.geteuid() == 0 else "sudo ") + "apt-get install -y " + " ".join(row[1] for row in missing)
+    said = "; ".join(f"{program} ({package}: {why})" for program, package, why, _ in missing)
+    failed = any(when != "sandbox" or settings.sandbox == "bwrap" for *_, when in missing)
+    return Check("packages", not failed, f"not on PATH: {said}; install them with `{command}`")
 
 
 def _sandbox(settings: Settings) -> Check:
@@ -127,7 +146,7 @@ def _gateway(settings: Settings) -> list[Check]:
 
 def diagnose(settings: Settings) -> list[Check]:
     """Every check, in the order a run meets them; with a gateway model, the gateway's too."""
-    checks: list[Callable[[Settings], Check]] = [_opencode, _ripgrep, _sandbox, _ledger]
+    checks: list[Callable[[Settings], Check]] = [_opencode, _packages, _sandbox, _ledger]
     found = [check(settings) for check in checks]
     if settings.mode == "gateway":
         found += _gateway(settings)

@@ -21,7 +21,7 @@ def test_a_ready_machine_passes_every_check(opencode_bin: str, tmp_path: Path) -
     checks = json.loads(result.stdout)
     assert [(c["name"], c["ok"]) for c in checks] == [
         ("opencode", True),
-        ("rg", True),
+        ("packages", True),
         ("sandbox", True),
         ("ledger", True),
     ]
@@ -34,7 +34,8 @@ def test_a_binary_that_is_not_opencode_fails_its_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("FAIL opencode") and "install-opencode" in lines[0]
-    assert lines[1].startswith("ok   rg") and lines[2].startswith("ok   sandbox") and lines[3].startswith("ok   ledger")
+    assert lines[1].startswith("FAIL packages") and "npm (npm: install-opencode)" in lines[1]  # not installed
+    assert lines[2].startswith("ok   sandbox") and lines[3].startswith("ok   ledger")
 
 
 def test_a_corrupt_ledger_fails_its_line(opencode_bin: str, tmp_path: Path) -> None:
@@ -66,6 +67,10 @@ def test_a_sandbox_that_cannot_work_fails_its_line_only_when_insisted_on(opencod
             and "bwrap is not installed" in check["detail"]
             and "apt-get install bubblewrap" in check["detail"]
         )
+        # Every missing program named, with the one command that installs their packages
+        [packages] = [c for c in json.loads(result.stdout) if c["name"] == "packages"]
+        assert packages["ok"] is False and "rg (ripgrep: OpenCode's glob, grep and skill tools)" in packages["detail"]
+        assert "apt-get install -y ripgrep bubblewrap socat`" in packages["detail"]
 
 
 def test_a_team_ledger_is_checked_by_connecting_and_its_password_is_never_printed(
