@@ -295,8 +295,13 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 def _cmd_install_opencode(args: argparse.Namespace) -> int:
     from ..opencode.binary import install_opencode
+    from .doctor import system_packages
 
-    print(install_opencode(load_settings(args.config).data_dir, args.version))
+    settings = load_settings(args.config)
+    print(install_opencode(settings.data_dir, args.version))
+    packages = system_packages(settings)  # what else a run needs, from the system, with its command
+    if not packages.ok:
+        print(f"opencode-gateway: a run also needs what is {packages.detail}", file=sys.stderr)
     return 0
 
 

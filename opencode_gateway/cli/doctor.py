@@ -15,7 +15,7 @@ from pathlib import Path
 from ..config.settings import Settings
 from ..errors import GatewayError, PreflightError
 
-__all__ = ["Check", "diagnose"]
+__all__ = ["Check", "diagnose", "system_packages"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ _PROGRAMS = (
 )
 
 
-def _packages(settings: Settings) -> Check:
+def system_packages(settings: Settings) -> Check:
     """Each program missing from PATH, and the one command that installs every package missing.
     The sandbox's are needed unless it is off (`auto` runs unconfined without them: a note, not a
     failure); npm only until OpenCode is installed."""
@@ -146,7 +146,7 @@ def _gateway(settings: Settings) -> list[Check]:
 
 def diagnose(settings: Settings) -> list[Check]:
     """Every check, in the order a run meets them; with a gateway model, the gateway's too."""
-    checks: list[Callable[[Settings], Check]] = [_opencode, _packages, _sandbox, _ledger]
+    checks: list[Callable[[Settings], Check]] = [_opencode, system_packages, _sandbox, _ledger]
     found = [check(settings) for check in checks]
     if settings.mode == "gateway":
         found += _gateway(settings)

@@ -97,3 +97,30 @@ def test_a_budget_refusal_fails_the_step_unless_asked_not_to(
         assert result.returncode == 1
     else:
         assert result.returncode == 0 and "::warning::opencode-gateway: the budget stopped the run" in result.stdout
+
+
+def test_a_batch_in_a_github_job_reports_its_totals(
+    tmp_path: Path, upstream: ScriptedUpstream, opencode_bin: str
+) -> None:
+    upstream.fallback = lambda body: Reply(text="done", usage=usage(100, 10, cost=0.001))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"id": "t{n}", "prompt": "task {n}"}}\n' for n in range(2)))
+    env = {
+        **os.environ,
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_OUTPUT": str(tmp_path / "output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "OPENCODE_GATEWAY_HOME": str(tmp_path / "home"),
+        "OPENCODE_BIN": opencode_bin,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "opencode_gateway", "batch", str(tasks), "-m", "litellm_proxy/coder",
+         "--api-base", upstream.url, "--api-key", "sk-virtual", "--workdir-root", str(tmp_path / "work")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = outputs(tmp_path / "output")
+    assert figures["batch_id"] and (figures["tasks"], figures["failed"], figures["stop_reason"]) == ("2", "0", "done")
+    assert (figures["requests"], figures["refused"], figures["input_tokens"]) == ("2", "0", "200")
+    assert figures["cost_usd"] == "0.002"
+    assert "(2 tasks, 0 failed)" in (tmp_path / "summary.md").read_text()
