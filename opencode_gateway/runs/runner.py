@@ -39,8 +39,10 @@ from ..opencode.workspace import Workspace
 from .assembly import (
     Parts,
     account_for,
+    connected_servers,
     endpoint_app,
     live_event,
+    offering_servers,
     opencode_process,
     run_approvals,
     run_root,
@@ -125,6 +127,8 @@ class _Gates:
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
         self.run.state.offered.update(tool_names(body))
+        self.run.state.offering.update(offering_servers(body, self.run.settings.mcp))
+        self.run.state.asked += 1
         await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
 
 
@@ -169,7 +173,7 @@ def _happened(
         warnings=(
             *run.account.budget.overshoot(run.account.totals.spent),
             *run.state.warnings,
-            *silent_mcp_servers(run.settings, run.state.offered),
+            *silent_mcp_servers(run.settings, run.state.offering, run.state.asked),
         ),
         files=files,
         duration_s=duration_s,
@@ -214,7 +218,9 @@ class _State:
     """What changes while a run goes; the rest of a _Run is fixed when it starts."""
 
     warnings: list[str]  # of the runner's own (no sandbox, a tree too big to list)
-    offered: set[str] = field(default_factory=set)  # the tools OpenCode offered the model (an MCP server's?)
+    offered: set[str] = field(default_factory=set)  # the tools OpenCode offered the model
+    offering: set[str] = field(default_factory=set)  # the MCP servers whose tools it offered
+    asked: int = 0  # the requests OpenCode made
     kept: _Kept = field(default_factory=_Kept)
     fatal: RequestRecord | None = None  # the failure that ended the run, or
     refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did
@@ -300,6 +306,8 @@ class _Run:
             workspace = Workspace(private, plan.resumed_store or private / "data", plan.binary.generation)
             before = await snapshot(plan.workdir, settings.diff_max_bytes, deadline, self.state.warnings)
             ended = await self._converse(workspace, tagging, deadline, watchdog.tag, git)
+            if settings.mcp:  # OpenCode 2's servers connect beside the run: after its last request?
+                self.state.offering.update(connected_servers(workspace.data_home))
             session_id = next((e.session_id for e in self.state.kept.events if e.session_id), None) or plan.session_id
             if plan.resumed_store is None:
                 lost = keep_session(settings.data_dir, workspace.data_home, session_id)

@@ -662,6 +662,55 @@ def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
     assert (answer.tool, answer.output, answer.is_error) == ("lookup_lookup", "value-of-alpha", False)
 
 
+@pytest.mark.only_generation(2, "1.18 offers an MCP server's tools as tools of their own (the test above)")
+def test_on_opencode_2_an_mcp_servers_tool_is_called_through_code_mode_once_its_server_connected(
+    upstream: ScriptedUpstream, workdir: Path, settings: Settings
+) -> None:
+    """2.1.2 connects an MCP server beside the run, then announces its tools in its Code Mode
+    catalog (`tools.lookup.lookup`), which `execute`'s code calls: the model waits for the
+    announcement, calls the tool through `execute`, and the run reports its answer."""
+    mcp = {"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}}
+    with_mcp = settings.replace(
+        mcp=mcp,
+        permissions="full",  # `execute` (fetch() included) is only there with the web on, in full mode
+        sandbox_allow_read=tuple(
+            dict.fromkeys((sys.base_prefix, str(Path(sys.executable).parent.parent), str(MCP_SERVER.parent)))
+        ),
+    )
+    waits = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):  # the title
+            return Reply(text="Lookup", usage=usage(10, 2))
+        said = json.dumps(body["messages"])
+        if "value-of-alpha" in said:
+            return Reply(text="It is value-of-alpha.", usage=usage(300, 5))
+        if "tools.lookup.lookup" in said:
+            code = 'return await tools.lookup.lookup({key: "alpha"})'
+            return Reply(tool_calls=[ToolCall("execute", {"code": code})], usage=usage(200, 5))
+        waits.append(1)
+        if len(waits) > 60:  # 30 s: the server never connected
+            return Reply(text="It never came.", usage=usage(100, 5))
+        return Reply(
+            tool_calls=[ToolCall("bash", {"command": "sleep 0.5", "description": "wait"})], usage=usage(100, 5)
+        )
+
+    upstream.fallback = answer
+    result = run(
+        "What is alpha?",
+        model="openai/gpt-4o-mini",
+        api_base=upstream.url,
+        api_key="sk-provider",
+        workdir=workdir,
+        settings=with_mcp,
+    )
+    assert result.ok and result.text.strip() == "It is value-of-alpha.", (result.text, result.warnings)
+    assert result.warnings == ()  # the server offered its tool: no warning that it did not
+    [call] = [e for e in result.events if isinstance(e, ToolCallEvent) and e.tool == "execute"]
+    [answered] = [e for e in result.events if isinstance(e, ToolResult) and e.tool == "execute"]
+    assert "tools.lookup.lookup" in json.dumps(call.input) and "value-of-alpha" in answered.output
+
+
 def test_an_mcp_server_that_cannot_start_is_an_error_before_the_run_or_a_warning_after_it(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
