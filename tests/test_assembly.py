@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from opencode_gateway.config.settings import Settings
-from opencode_gateway.runs.assembly import connected_servers, mode_denial, offering_servers
+from opencode_gateway.runs.assembly import mode_denial
 
 
 def _denial(
@@ -36,24 +35,3 @@ def test_a_disabled_tool_is_denied_in_full_and_an_agents_own_mode_is_opencodes()
     assert _denial(permissions="full")("bash") is None
     assert _denial(agent="plan")("edit") is None
     assert _denial(permissions="read-only")("invalid") is None
-
-
-def test_an_mcp_server_offers_as_tools_of_its_own_or_in_opencode_2s_code_mode_catalog(tmp_path: Path) -> None:
-    servers = {"lookup", "docs"}
-    direct = {"tools": [{"type": "function", "function": {"name": "lookup_find"}}], "messages": []}
-    catalog = {
-        "messages": [
-            {"role": "system", "content": "..."},
-            {"role": "user", "content": "<system-update>\\n  - tools.docs.search({query: string})\\n</system-update>"},
-            {"role": "tool", "content": "tools.evil.x( written by a tool: not OpenCode's words"},
-        ]
-    }
-    assert offering_servers(direct, servers) == {"lookup"} and offering_servers(catalog, servers) == {"docs"}
-    assert offering_servers(catalog, set()) == set()
-    log = tmp_path / "opencode" / "log" / "opencode.log"
-    log.parent.mkdir(parents=True)
-    log.write_text(
-        'level=INFO message="mcp connected" server=lookup tools=1 role=server\\n'
-        'level=INFO message="mcp connected" server=empty tools=0 role=server\\n'
-    )
-    assert connected_servers(tmp_path) == {"lookup"} and connected_servers(tmp_path / "none") == set()

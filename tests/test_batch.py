@@ -152,10 +152,10 @@ def test_the_summary_has_a_row_per_task_and_a_total() -> None:
         ],
         wall_s=13.5,
     ).splitlines()
-    assert table[0].split() == ["task", "status", "requests", "input", "output", "cost_usd", "seconds"]
-    assert table[1].split() == ["t1", "done", "2", "1,000", "100", "0.250000", "12.0"]
-    assert table[2].split() == ["t2", "timeout", "1", "1,000", "100", "unknown", "12.0"]
-    assert table[3].split() == ["t3", "error", "0", "0", "0", "-", "0.0"]
+    assert table[0].split() == ["task", "status", "requests", "refused", "input", "output", "cost_usd", "seconds"]
+    assert table[1].split() == ["t1", "done", "2", "0", "1,000", "100", "0.250000", "12.0"]
+    assert table[2].split() == ["t2", "timeout", "1", "0", "1,000", "100", "unknown", "12.0"]
+    assert table[3].split() == ["t3", "error", "0", "0", "0", "0", "-", "0.0"]
     assert table[-1].split() == [
         "TOTAL",
         "(1",
@@ -163,6 +163,7 @@ def test_the_summary_has_a_row_per_task_and_a_total() -> None:
         "2",
         "failed)",
         "3",
+        "0",
         "2,000",
         "200",
         "0.250000",

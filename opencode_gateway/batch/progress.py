@@ -103,13 +103,14 @@ def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
     for outcome in outcomes:
         result = outcome.result
         if result is None:
-            rows.append([outcome.task_id, "error", "0", "0", "0", "-", "0.0"])
+            rows.append([outcome.task_id, "error", "0", "0", "0", "0", "-", "0.0"])
             continue
         rows.append(
             [
                 outcome.task_id,
                 result.stop_reason,
                 str(result.usage.requests),
+                str(result.usage.refused),
                 f"{result.usage.input_tokens:,}",
                 f"{result.usage.output_tokens:,}",
                 "unknown" if result.cost is None else f"{result.cost:.6f}",
@@ -124,10 +125,11 @@ def summary(outcomes: Sequence[Outcome], wall_s: float) -> str:
             f"TOTAL ({ok} ok, {len(outcomes) - ok} failed)",
             "",
             str(sum(r.usage.requests for r in results)),
+            str(sum(r.usage.refused for r in results)),
             f"{sum(r.usage.input_tokens for r in results):,}",
             f"{sum(r.usage.output_tokens for r in results):,}",
             _cost_total(costs),
             f"{wall_s:.1f}",
         ]
     )
-    return render_table(["task", "status", "requests", "input", "output", "cost_usd", "seconds"], rows)
+    return render_table(["task", "status", "requests", "refused", "input", "output", "cost_usd", "seconds"], rows)

@@ -31,14 +31,13 @@ from .commands import (
     _cmd_doctor,
     _cmd_env,
     _cmd_install_opencode,
-    _cmd_ledger,
     _cmd_opencode,
-    _cmd_report,
     _cmd_run,
     _cmd_serve,
     _cmd_sessions,
 )
 from .flags import Parser, common_flags, limit_flags, setting_flags, upstream_flags
+from .spend import cmd_ledger, cmd_report
 
 DEFAULT_PORT = 4141  # of `serve`
 
@@ -227,7 +226,7 @@ def _ledger_command(commands: argparse._SubParsersAction[Parser]) -> None:
         setting_flags(parser, "ledger")
         parser.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
-        parser.set_defaults(handler=_cmd_ledger)
+        parser.set_defaults(handler=cmd_ledger)
 
 
 def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -245,6 +244,25 @@ def _doctor_command(commands: argparse._SubParsersAction[Parser]) -> None:
     setting_flags(doctor, "ledger")
     doctor.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     doctor.set_defaults(handler=_cmd_doctor)
+
+
+def _reconcile_flags(report: Parser) -> None:
+    """report --reconcile: each request's cost against the gateway's spend log."""
+    report.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="compare each request's cost with the gateway's spend log (exit 1 on any difference)",
+    )
+    report.add_argument("--api-base", metavar="URL", help="with --reconcile: the gateway URL")
+    report.add_argument("--api-key", metavar="KEY", help="with --reconcile: an admin key of the gateway")
+    report.add_argument("--run", metavar="ID", help="with --reconcile: the run to check")
+    report.add_argument(
+        "--wait",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)",
+    )
 
 
 def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -292,22 +310,8 @@ def _report_command(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     setting_flags(report, "ledger")
     report.add_argument("--config", metavar="FILE", help="settings file (for its data_dir or ledger)")
-    report.add_argument(
-        "--reconcile",
-        action="store_true",
-        help="compare each request's cost with the gateway's spend log (exit 1 on any difference)",
-    )
-    report.add_argument("--api-base", metavar="URL", help="with --reconcile: the gateway URL")
-    report.add_argument("--api-key", metavar="KEY", help="with --reconcile: an admin key of the gateway")
-    report.add_argument("--run", metavar="ID", help="with --reconcile: the run to check")
-    report.add_argument(
-        "--wait",
-        type=float,
-        default=15.0,
-        metavar="S",
-        help="with --reconcile: wait up to S seconds for spend logs to arrive (default: 15)",
-    )
-    report.set_defaults(handler=_cmd_report)
+    _reconcile_flags(report)
+    report.set_defaults(handler=cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:

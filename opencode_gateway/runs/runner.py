@@ -39,21 +39,18 @@ from ..opencode.workspace import Workspace
 from .assembly import (
     Parts,
     account_for,
-    connected_servers,
     endpoint_app,
     live_event,
-    offering_servers,
     opencode_process,
     run_approvals,
     run_root,
     run_tracing,
-    silent_mcp_servers,
     targets,
-    tool_names,
     warm_up,
 )
 from .conclusion import Happened, conclude
 from .files import FileChange, changes, snapshot
+from .offered import connected_servers, offering_servers, silent_mcp_servers, tool_names
 from .ordering import CausalOrder
 from .plan import Plan
 from .preflight import Preflight

@@ -80,9 +80,9 @@ def test_six_tasks_three_at_a_time_one_fails_and_resume_reruns_only_it(
         assert [f["path"] for f in by_task[task]["files"]] == ["result.txt"]
     # The summary, and the progress on stderr (plain lines: not a terminal).
     rows = {line.split()[0]: line.split() for line in first.stdout.splitlines() if line.startswith("t")}
-    assert rows["t4"][1] == "error" and rows["t1"][1:5] == ["done", "2", "2,200", "30"]
+    assert rows["t4"][1] == "error" and rows["t1"][1:6] == ["done", "2", "0", "2,200", "30"]
     # 5 tasks x 2 requests, and t4's one refused request (no tokens, no cost)
-    assert re.search(r"^TOTAL \(5 ok, 1 failed\)\s+11\s+11,000\s+150\s", first.stdout, re.M), first.stdout
+    assert re.search(r"^TOTAL \(5 ok, 1 failed\)\s+11\s+0\s+11,000\s+150\s", first.stdout, re.M), first.stdout
     progress = first.stderr.splitlines()
     assert "t4: FAILED (error)" in "\n".join(progress)
     running = [int(m.group(1)) for m in (re.search(r" (\d) running", line) for line in progress) if m]
