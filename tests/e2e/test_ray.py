@@ -95,7 +95,7 @@ def test_four_tasks_on_ray_one_fails_every_run_once_in_the_drivers_ledger(
     assert [t for t, r in sorted(results.items()) if r["stop_reason"] == "done"] == ["t1", "t2", "t4"]
     assert results["t3"]["error"]["status_code"] == 401
     assert all((tmp_path / "work" / t / "out.txt").read_text() == t for t in ("t1", "t2", "t4"))
-    assert re.search(r"^TOTAL \(3 ok, 1 failed\)\s+7\s+6,600\s+90\s", stdout, re.M), stdout
+    assert re.search(r"^TOTAL \(3 ok, 1 failed\)\s+7\s+0\s+6,600\s+90\s", stdout, re.M), stdout
 
     ledger = sqlite3.connect(tmp_path / "ledger.db")
     runs = ledger.execute(
