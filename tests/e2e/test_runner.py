@@ -625,21 +625,26 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
 MCP_SERVER = Path(__file__).parents[1] / "data" / "mcp_server.py"
 
 
+def with_mcp_server(settings: Settings, **more: Any) -> Settings:
+    """The test's MCP server configured. The sandbox hides the real HOME and /tmp, where the test's
+    Python, its virtualenv and this checkout may live: the server's interpreter and script are let
+    read."""
+    return settings.replace(
+        mcp={"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}},
+        sandbox_allow_read=tuple(
+            dict.fromkeys((sys.base_prefix, str(Path(sys.executable).parent.parent), str(MCP_SERVER.parent)))
+        ),
+        **more,
+    )
+
+
 @pytest.mark.only_generation(
-    1, "OpenCode 2.1.2 connects the server ('mcp connected ... tools=1' in its log) but never offers its tools"
+    1, "2.1.2 offers an MCP server's tools only to execute's code, which read-only mode denies (the test below)"
 )
 def test_an_mcp_servers_tool_is_called_in_read_only_mode_under_its_own_name(
     upstream: ScriptedUpstream, workdir: Path, settings: Settings
 ) -> None:
-    mcp = {"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}}
-    # The sandbox hides the real HOME and /tmp, where the test's Python, its virtualenv and this
-    # checkout may live: let the server's interpreter and script be read.
-    with_mcp = settings.replace(
-        mcp=mcp,
-        sandbox_allow_read=tuple(
-            dict.fromkeys((sys.base_prefix, str(Path(sys.executable).parent.parent), str(MCP_SERVER.parent)))
-        ),
-    )
+    with_mcp = with_mcp_server(settings)
     upstream.script(
         Reply(text="Looking it up.", tool_calls=[ToolCall("lookup_lookup", {"key": "alpha"})], usage=usage(100, 5)),
         Reply(text="It is value-of-alpha.", usage=usage(200, 5)),
@@ -669,14 +674,8 @@ def test_on_opencode_2_an_mcp_servers_tool_is_called_through_code_mode_once_its_
     """2.1.2 connects an MCP server beside the run, then announces its tools in its Code Mode
     catalog (`tools.lookup.lookup`), which `execute`'s code calls: the model waits for the
     announcement, calls the tool through `execute`, and the run reports its answer."""
-    mcp = {"lookup": {"type": "local", "command": [sys.executable, str(MCP_SERVER)]}}
-    with_mcp = settings.replace(
-        mcp=mcp,
-        permissions="full",  # `execute` (fetch() included) is only there with the web on, in full mode
-        sandbox_allow_read=tuple(
-            dict.fromkeys((sys.base_prefix, str(Path(sys.executable).parent.parent), str(MCP_SERVER.parent)))
-        ),
-    )
+    # `execute` (fetch() included) is only there with the web on, in full mode
+    with_mcp = with_mcp_server(settings, permissions="full")
     waits = []
 
     def answer(body: dict[str, Any]) -> Reply:
