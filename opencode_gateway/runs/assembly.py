@@ -346,6 +346,9 @@ def warm_up(settings: RunSettings, keep: str | None) -> None:
         prune_sessions(settings.data_dir, settings.keep_sessions_days, keep=keep)
     run_tracing(settings)()  # the OpenTelemetry SDK, when traces are asked for
     if settings.mode == "sdk":
-        _litellm.load()
+        # litellm prices each stream as it opens, before any usage, by counting the tokens of an
+        # empty completion: the model's tokenizer, loaded then (~0.7 s of CPU), on the first
+        # request's path. Counted here, it is loaded while OpenCode starts.
+        _litellm.load().token_counter(model=settings.model, text="")
     else:
         import aiohttp  # noqa: F401
