@@ -583,7 +583,8 @@ def test_max_turns_stops_a_three_step_task_after_its_turns_keeping_the_text_so_f
         text=True,
         timeout=60,
     )
-    assert [(g["key"], g["requests"]) for g in json.loads(report.stdout)["groups"]] == [("main", 2)]
+    # one call went out; the second was refused by the turn cap: a refusal, not a request
+    assert [(g["key"], g["requests"], g["refused"]) for g in json.loads(report.stdout)["groups"]] == [("main", 1, 1)]
     this_month = time.strftime("%Y-%m", time.gmtime(result.requests[0].started_at))
     for by, key in (("workdir", str(workdir)), ("project", str(workdir)), ("month", this_month)):
         grouped = subprocess.run(

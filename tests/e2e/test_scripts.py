@@ -105,3 +105,17 @@ def test_setup_says_what_it_installs_and_a_second_call_says_nothing(tmp_path: Pa
     assert (tmp_path / "home" / "opencode" / "node_modules" / ".bin" / "opencode").exists()
     again = subprocess.run([str(ROOT / "scripts" / "setup")], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "setup:" not in again.stderr, again.stderr
+
+
+def test_the_demos_setup_installs_only_what_a_run_needs(tmp_path: Path) -> None:
+    """`scripts/demo` sets up with `--demo`: OpenCode 1.18 into the data dir, not OpenCode 2 (nor
+    the tests' proxy, Phoenix, chromium or tmux); the Python environment it finds is kept."""
+    env = {**os.environ, "OPENCODE_GATEWAY_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "setup"), "--demo"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "home" / "opencode" / "node_modules" / ".bin" / "opencode").exists()
+    assert not (tmp_path / "home" / "opencode2").exists()
+    assert "proxy" not in done.stderr and "Phoenix" not in done.stderr and "debconf" not in done.stderr
+    assert (ROOT / ".venv" / ".deps").read_text().split()[1] == "all"  # the tests' environment, untouched
