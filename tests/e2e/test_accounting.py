@@ -188,7 +188,7 @@ def test_the_ledger_holds_the_run_and_report_sums_it(
         timeout=60,
     ).stdout
     assert csv_out.splitlines()[0].startswith("ticket,runs,requests,refused,input,output")
-    assert csv_out.splitlines()[-1].startswith("TOTAL,3,3,4500,30")
+    assert csv_out.splitlines()[-1].startswith("TOTAL,3,3,0,4500,30")
 
 
 def _kill_processes_in(directory: Path) -> None:
