@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opencode_gateway.runs.offered import connected_servers, offering_servers
+from opencode_gateway.runs.offered import connected_servers, offering_servers, tool_names
 
 
 def test_an_mcp_server_offers_as_tools_of_its_own_or_in_opencode_2s_code_mode_catalog(tmp_path: Path) -> None:
@@ -17,8 +17,10 @@ def test_an_mcp_server_offers_as_tools_of_its_own_or_in_opencode_2s_code_mode_ca
             {"role": "tool", "content": "tools.evil.x( written by a tool: not OpenCode's words"},
         ]
     }
-    assert offering_servers(direct, servers) == {"lookup"} and offering_servers(catalog, servers) == {"docs"}
-    assert offering_servers(catalog, set()) == set()
+    assert offering_servers(direct, tool_names(direct), servers) == {"lookup"} and offering_servers(
+        catalog, set(), servers
+    ) == {"docs"}
+    assert offering_servers(catalog, set(), set()) == set()
     log = tmp_path / "opencode" / "log" / "opencode.log"
     log.parent.mkdir(parents=True)
     log.write_text(

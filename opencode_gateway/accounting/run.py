@@ -324,9 +324,7 @@ class RunAccount:
         word must not hold the run forever), then is decided on what was spent."""
         if self.limits is not None:
             refusal = await self.limits.admit(request_id, reservation)
-            if refusal is not None:
-                self.refusal = self.refusal or refusal
-            return refusal
+            return None if refusal is None else self._refuse(refusal)
         deadline = asyncio.get_running_loop().time() + _MAX_WAIT_S
         while True:
             if math.isinf(reservation.cost) and self._costliest is not None:  # a cost was seen while it waited

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..accounting.pricing import usd
-from ..accounting.report import markdown_cell
+from ..accounting.report import Group, build_report, markdown_cell
 from ..errors import GatewayError
 from ..terminal import shown
 
@@ -112,24 +112,12 @@ def report_to_ci(figures: Figures, settings: Settings, environ: Mapping[str, str
         _written(Path(summary), _summary(figures, None if ticket is None else str(ticket), so_far), append=True)
 
 
-@dataclass(frozen=True)
-class _SoFar:
-    runs: int
-    requests: int
-    refused: int
-    cost: float
-    unpriced: int
-
-
-def _so_far(settings: Settings, ticket: str) -> _SoFar | str:
+def _so_far(settings: Settings, ticket: str) -> Group | str:
     """The ticket's totals in the ledger (every machine's runs, on a team ledger), or why not."""
-    from ..accounting.report import build_report
-
     try:
-        total = build_report(settings.ledger_location, by=TICKET_KEY, where=[(TICKET_KEY, ticket)]).total
+        return build_report(settings.ledger_location, by=TICKET_KEY, where=[(TICKET_KEY, ticket)]).total
     except GatewayError as exc:
         return f"the ledger could not be read: {exc}"
-    return _SoFar(total.runs, total.requests, total.refused, total.cost, total.unpriced_requests)
 
 
 def _money(cost: float | None, unpriced: int = 0) -> str:
@@ -151,18 +139,18 @@ def _table(figures: Figures) -> str:
     )
 
 
-def _ticket_line(ticket: str, so_far: _SoFar | str | None) -> str:
+def _ticket_line(ticket: str, so_far: Group | str | None) -> str:
     if so_far is None:
         return ""
     if isinstance(so_far, str):
         return f"\n**{markdown_cell(ticket)} so far**: {markdown_cell(so_far)}\n"
     return (
         f"\n**{markdown_cell(ticket)} so far** (every run in the ledger): {so_far.runs} runs, "
-        f"{so_far.requests} requests ({so_far.refused} refused), {_money(so_far.cost, so_far.unpriced)}\n"
+        f"{so_far.requests} requests ({so_far.refused} refused), {_money(so_far.cost, so_far.unpriced_requests)}\n"
     )
 
 
-def _summary(figures: Figures, ticket: str | None, so_far: _SoFar | str | None) -> str:
+def _summary(figures: Figures, ticket: str | None, so_far: Group | str | None) -> str:
     tasks = f" ({figures.tasks} tasks, {figures.failed} failed)" if figures.kind == "batch" else ""
     heading = f"### OpenCode on {markdown_cell(figures.model)}: {markdown_cell(figures.stop_reason)}{tasks}\n\n"
     return heading + _table(figures) + ("" if ticket is None else _ticket_line(ticket, so_far)) + "\n"
@@ -173,7 +161,7 @@ def _marker(ticket: str) -> str:
     return f"<!-- opencode-gateway ticket {hashlib.sha256(ticket.encode()).hexdigest()[:16]} -->"
 
 
-def _comment(figures: Figures, ticket: str, so_far: _SoFar | str | None) -> str:
+def _comment(figures: Figures, ticket: str, so_far: Group | str | None) -> str:
     return (
         f"{_marker(ticket)}\n### Spend on {markdown_cell(ticket)}\n"
         + _ticket_line(ticket, so_far)

@@ -31,13 +31,14 @@ def tool_names(body: Mapping[str, Any]) -> set[str]:
 _CATALOG_ENTRY = re.compile(r"\btools\.([A-Za-z0-9_-]+)\.")
 
 
-def offering_servers(body: Mapping[str, Any], servers: Collection[str]) -> set[str]:
-    """The MCP servers among `servers` whose tools a request offers: as tools of their own
-    (`<server>_<tool>`, 1.18) or in OpenCode 2's Code Mode catalog. Only OpenCode's words are read
-    (the system prompt and the user's turns), never a tool's output."""
+def offering_servers(body: Mapping[str, Any], tools: Collection[str], servers: Collection[str]) -> set[str]:
+    """The MCP servers among `servers` whose tools a request (offering `tools`, its tool_names)
+    offers: as tools of their own (`<server>_<tool>`, 1.18) or in OpenCode 2's Code Mode catalog.
+    Only OpenCode's words are read (the system prompt and the user's turns), never a tool's output;
+    and nothing when no server is left to find (a request's messages are the run's whole context)."""
     if not servers:
         return set()
-    named = {server for server in servers for tool in tool_names(body) if tool.startswith(f"{server}_")}
+    named = {server for server in servers for tool in tools if tool.startswith(f"{server}_")}
     for message in body.get("messages") or ():
         if isinstance(message, Mapping) and message.get("role") in ("system", "user"):
             content = message.get("content")
@@ -61,11 +62,11 @@ def connected_servers(data_home: Path) -> set[str]:
     return {server for server, _ in _CONNECTED.findall(log)}
 
 
-def silent_mcp_servers(settings: RunSettings, offering: set[str], requests: int) -> list[str]:
+def silent_mcp_servers(settings: RunSettings, offering: set[str], *, asked: bool) -> list[str]:
     """Warnings for the MCP servers none of whose tools OpenCode offered (in a request, or as its
     log says): the server failed to start or to answer (OpenCode goes on without it, saying so only
-    in its log). A run that made no request cannot tell."""
-    if not requests:
+    in its log). A run that never asked the model with tools (`asked`) cannot tell."""
+    if not asked:
         return []
     return [
         f"mcp server {name!r} offered no tools: it failed to start or to list them, or (OpenCode 2) had not "

@@ -123,9 +123,10 @@ class _Gates:
         return None if self.run.state.preflight is None else await self.run.state.preflight.refusal()
 
     async def follows(self, session_id: str | None, body: Mapping[str, Any]) -> None:
-        self.run.state.offered.update(tool_names(body))
-        self.run.state.offering.update(offering_servers(body, self.run.settings.mcp))
-        self.run.state.asked += 1
+        state, offered = self.run.state, tool_names(body)
+        state.offered.update(offered)
+        waiting = [server for server in self.run.settings.mcp if server not in state.offering]
+        state.offering.update(offering_servers(body, offered, waiting))
         await self.run.order.wait(self.run.order.causes(session_id, body), _ORDER_WAIT_S)
 
 
@@ -170,7 +171,7 @@ def _happened(
         warnings=(
             *run.account.budget.overshoot(run.account.totals.spent),
             *run.state.warnings,
-            *silent_mcp_servers(run.settings, run.state.offering, run.state.asked),
+            *silent_mcp_servers(run.settings, run.state.offering, asked=bool(run.state.offered)),
         ),
         files=files,
         duration_s=duration_s,
@@ -217,7 +218,6 @@ class _State:
     warnings: list[str]  # of the runner's own (no sandbox, a tree too big to list)
     offered: set[str] = field(default_factory=set)  # the tools OpenCode offered the model
     offering: set[str] = field(default_factory=set)  # the MCP servers whose tools it offered
-    asked: int = 0  # the requests OpenCode made
     kept: _Kept = field(default_factory=_Kept)
     fatal: RequestRecord | None = None  # the failure that ended the run, or
     refusal: Refusal | None = None  # the budget refusal (or the turn cap) that did

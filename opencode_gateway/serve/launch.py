@@ -175,7 +175,8 @@ class ServerState:
         hint = f"start one with `opencode-gateway serve` (it keeps its state in {state_file.parent})"
         try:
             data = json.loads(state_file.read_text())
-            state = cls(str(data["url"]), int(data["pid"]), str(data["token_file"]), data.get("gateway") or None)
+            gateway = str(data["gateway"]) if data.get("gateway") else None
+            state = cls(str(data["url"]), int(data["pid"]), str(data["token_file"]), gateway)
         except (OSError, ValueError, KeyError, TypeError):
             raise SettingsError(f"no opencode-gateway server is running: {hint}") from None
         try:
